@@ -1,0 +1,165 @@
+"""Public inference API: next-token distribution and cached lookahead branches for a text.
+
+Everything here takes and returns plain, JSON- and pickle-safe data, so the same functions
+serve the Gradio UI, `gradio_client` callers and ZeroGPU workers (`@spaces.GPU`).
+The tensor-level pieces live in the `lookahead` package:
+  lookahead/models.py        which model, loaded how (embedded offline default)
+  lookahead/branches.py      top-k branches over one shared KV cache (tree attention)
+  lookahead/prefix_cache.py  per-session KV caches, so edits only recompute what changed
+  lookahead/healing.py       text ending in whitespace
+"""
+
+from __future__ import annotations
+
+import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisation
+
+import os
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from lookahead.branches import Lookahead, get_lookahead_sequences
+from lookahead.healing import allowed_first_tokens, split_for_healing
+from lookahead.models import default_model_name, load_model
+from lookahead.prefix_cache import PrefixCacheStore
+
+__all__ = [
+    "MAX_BRANCHES",
+    "default_model_name",
+    "MAX_DEPTH",
+    "MAX_TOP_K",
+    "get_lookahead_sequences",
+    "load_model",
+    "lookahead",
+    "next_token_distribution",
+    "prefix_caches",
+]
+
+MAX_BRANCHES = 20
+MAX_DEPTH = 16
+MAX_TOP_K = 200
+
+prefix_caches = PrefixCacheStore()
+
+if os.environ.get("SPACE_ID"):
+    # ZeroGPU wants the model loaded (and moved to CUDA) at import time, outside GPU functions.
+    load_model()
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
+    return int(value)
+
+
+def _check_text(text: object) -> str:
+    if not isinstance(text, str):
+        raise ValueError(f"text must be a string, got {type(text).__name__}")
+    if not text:
+        raise ValueError("text is empty: type something to see what could come next")
+    return text
+
+
+def _distribution(
+    logits: torch.Tensor, allowed: torch.Tensor | None, k: int, tokenizer: PreTrainedTokenizerBase
+) -> list[dict]:
+    """The k most likely next tokens; with healing, renormalised over the allowed tokens."""
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    top = logprobs.topk(min(k, int(torch.isfinite(logprobs).sum())))
+    ids = top.indices.tolist()
+    texts = tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False)
+    return [
+        {"token_id": i, "token": t, "prob": float(lp.exp()), "logprob": float(lp)}
+        for i, t, lp in zip(ids, texts, top.values)
+    ]
+
+
+def _run(
+    text: str, n_branches: int, depth: int, session: str, model_name: str | None
+) -> tuple[Lookahead, dict, torch.Tensor | None, str, PreTrainedTokenizerBase]:
+    """Tokenize (healing trailing whitespace), reuse the session's cache, and compute the branches."""
+    model, tokenizer = load_model(model_name)
+    prefix, healed = split_for_healing(text, tokenizer)
+    ids = tokenizer(prefix)["input_ids"]
+    max_prompt = _context_limit(model) - depth
+    dropped = max(0, len(ids) - max_prompt)
+    ids = ids[dropped:]
+    key = (model_name or default_model_name(), session)
+    cache, reused = prefix_caches.take(key, ids)
+    allowed = None
+    if healed:
+        allowed = allowed_first_tokens(tokenizer, healed, model.config.get_text_config().vocab_size, model.device)
+    result = get_lookahead_sequences(
+        model, torch.tensor([ids], device=model.device), n_branches, depth, cache, allowed
+    )
+    prefix_caches.put(key, ids, result.cache)
+    info = {
+        "model": key[0],
+        "device": str(model.device),
+        "context_tokens": len(ids),
+        "reused_tokens": reused,
+        "truncated_tokens": dropped,
+        "healed_whitespace": healed,
+        "notice": (
+            f"The text is longer than the model's context: only its last {len(ids)} tokens were used "
+            f"({dropped} earlier tokens were left out)."
+            if dropped
+            else ""
+        ),
+    }
+    return result, info, allowed, healed, tokenizer
+
+
+def _context_limit(model: PreTrainedModel) -> int:
+    return int(model.config.get_text_config().max_position_embeddings)
+
+
+@spaces.GPU(duration=30)
+def next_token_distribution(
+    text: str, k: int = 10, *, session: str = "default", model_name: str | None = None
+) -> list[dict]:
+    """The k most likely next tokens after `text`, most likely first.
+
+    Each entry: {"token_id", "token", "prob" (plain softmax), "logprob"}. Text ending in
+    whitespace is token-healed (see lookahead/healing.py): the whitespace is backed up
+    and only tokens starting with it are allowed, renormalised.
+    """
+    text = _check_text(text)
+    k = _check_int("k", k, 1, MAX_TOP_K)
+    result, _, allowed, _, tokenizer = _run(text, 1, 1, session, model_name)
+    return _distribution(result.next_token_logits, allowed, k, tokenizer)
+
+
+@spaces.GPU(duration=60)
+def lookahead(
+    text: str,
+    n_branches: int = 5,
+    depth: int = 3,
+    *,
+    session: str = "default",
+    model_name: str | None = None,
+) -> dict:
+    """The `n_branches` most likely next tokens after `text`, each continued greedily to `depth` tokens.
+
+    Returns {"model", "device", "context_tokens", "reused_tokens", "truncated_tokens",
+    "healed_whitespace", "notice", "distribution": [...], "branches": [{"token_ids",
+    "text", "prob"}]}. A branch's "text" is exactly what to append to `text` (with
+    healing, the backed-up whitespace is already part of `text`). `session` keys the
+    KV cache that later calls of the same writer reuse.
+    """
+    text = _check_text(text)
+    n_branches = _check_int("n_branches", n_branches, 1, MAX_BRANCHES)
+    depth = _check_int("depth", depth, 1, MAX_DEPTH)
+    result, info, allowed, healed, tokenizer = _run(text, n_branches, depth, session, model_name)
+    distribution = _distribution(result.next_token_logits, allowed, max(10, n_branches), tokenizer)
+    prob_of = {d["token_id"]: d["prob"] for d in distribution}
+    sequences = result.sequences.tolist()
+    texts = tokenizer.batch_decode(sequences, clean_up_tokenization_spaces=False)
+    branches = [
+        {"token_ids": seq, "text": t[len(healed) :], "prob": prob_of[seq[0]]} for seq, t in zip(sequences, texts)
+    ]
+    return {**info, "distribution": distribution, "branches": branches}

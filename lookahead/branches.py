@@ -1,0 +1,85 @@
+"""Tensor-level lookahead: top-k next tokens, each continued greedily, over one shared KV cache.
+
+The k branches are laid out after the prompt as one sequence and kept apart by a
+tree-attention mask, so the prompt's KV cache is never copied (the seed repeated it
+k times). Each of the depth-1 greedy steps feeds the k newest branch tokens at once:
+the token of branch b at depth d sits at position T+d and sees the prompt plus branch
+b's own earlier tokens. Afterwards the cache is cropped back to the prompt, exactly
+as it was.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+class Lookahead(NamedTuple):
+    sequences: torch.Tensor  # (k, depth) branch token ids; row i starts with the i-th most likely token
+    next_token_logits: torch.Tensor  # (vocab,) raw logits after the prompt (no mask applied)
+    step_logits: list[torch.Tensor]  # depth-1 tensors (k, vocab): logits that chose each later token
+    cache: DynamicCache  # KV cache of exactly the prompt's tokens
+
+
+def extend_cache(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+    """Run the tokens of `input_ids` (1, T) that `cache` does not hold yet; return the last logits (vocab,).
+
+    At least one token must be new, since the last position's logits are not cached.
+    """
+    past = cache.get_seq_length()
+    if not 0 <= past < input_ids.shape[1]:
+        raise ValueError(f"cache holds {past} tokens; need fewer than the {input_ids.shape[1]} given")
+    out = model(input_ids[:, past:], past_key_values=cache, use_cache=True, logits_to_keep=1)
+    return out.logits[0, -1]
+
+
+def tree_attention_mask(prompt_len: int, k: int, step: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(1, 1, k, prompt_len + step*k) additive mask for feeding branch tokens of depth `step-1`.
+
+    Columns: the prompt (visible to all), then `step` blocks of k branch tokens, of which
+    row b sees only column b of each block (its own branch).
+    """
+    own_branch = torch.eye(k, dtype=torch.bool, device=device).repeat(1, step)
+    visible = torch.cat([torch.ones(k, prompt_len, dtype=torch.bool, device=device), own_branch], dim=1)
+    mask = torch.zeros(visible.shape, dtype=dtype, device=device)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+@torch.inference_mode()
+def get_lookahead_sequences(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    n_branch_tokens: int = 5,
+    depth: int = 3,
+    cache: DynamicCache | None = None,
+    allowed_first_tokens: torch.Tensor | None = None,
+) -> Lookahead:
+    """Top `n_branch_tokens` next tokens after `input_ids` (1, T), each continued greedily to `depth` tokens.
+
+    `cache` may hold the KV of any proper prefix of `input_ids` (it is extended in place
+    and comes back holding exactly `input_ids`). `allowed_first_tokens` (bool, vocab)
+    restricts the first token, for token healing.
+    """
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"expected input_ids of shape (1, T), got {tuple(input_ids.shape)}")
+    cache = DynamicCache() if cache is None else cache
+    prompt_len = input_ids.shape[1]
+    logits = extend_cache(model, input_ids, cache)
+    first = logits if allowed_first_tokens is None else logits.masked_fill(~allowed_first_tokens, float("-inf"))
+    k = min(n_branch_tokens, int(torch.isfinite(first).sum()))
+    tokens = first.topk(k).indices
+    sequences = [tokens]
+    step_logits = []
+    for step in range(1, depth):
+        mask = tree_attention_mask(prompt_len, k, step, model.dtype, input_ids.device)
+        positions = torch.full((1, k), prompt_len + step - 1, device=input_ids.device)
+        out = model(tokens[None], past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True)
+        step_logits.append(out.logits[0])
+        tokens = out.logits[0].argmax(dim=-1)
+        sequences.append(tokens)
+    if depth > 1:
+        cache.crop(-(k * (depth - 1)))
+    return Lookahead(torch.stack(sequences, dim=1), logits, step_logits, cache)

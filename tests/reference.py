@@ -1,0 +1,32 @@
+"""An independent computation of what the engine must return: full forwards, no KV cache."""
+
+import torch
+
+
+@torch.inference_mode()
+def next_logits(model, ids: list[int]) -> torch.Tensor:
+    return model(torch.tensor([ids]), use_cache=False).logits[0, -1]
+
+
+def reference_lookahead(model, tokenizer, text: str, k: int, depth: int) -> dict:
+    """Top-k next tokens of `text` (healing a trailing whitespace character) and their greedy continuations."""
+    healed = text[-1] if len(text) > 1 and text[-1].isspace() else ""
+    ids = tokenizer(text[: len(text) - len(healed)])["input_ids"]
+    ids = ids[max(0, len(ids) - (model.config.max_position_embeddings - depth)) :]
+    logits = next_logits(model, ids)
+    if healed:
+        texts = tokenizer.batch_decode([[i] for i in range(logits.shape[0])])
+        ok = torch.tensor([t.startswith(healed) for t in texts])
+        logits = logits.masked_fill(~ok, float("-inf"))
+    logprobs = torch.log_softmax(logits, -1)
+    first = logprobs.topk(k).indices.tolist()
+    branches, step_logits = [], []
+    for token in first:
+        seq, steps = ids + [token], []
+        for _ in range(depth - 1):
+            steps.append(next_logits(model, seq))
+            seq.append(int(steps[-1].argmax()))
+        branches.append(seq[len(ids) :])
+        step_logits.append(steps)
+    return {"ids": ids, "healed": healed, "logits": logits, "logprobs": logprobs, "branches": branches,
+            "step_logits": step_logits}

@@ -1,0 +1,56 @@
+"""The session store: prefix reuse and its memory bounds."""
+
+import torch
+from transformers import DynamicCache
+
+from lookahead.prefix_cache import PrefixCacheStore, cache_bytes, common_prefix_length
+
+
+def fake_cache(n_tokens: int, width: int = 8) -> DynamicCache:
+    cache = DynamicCache()
+    cache.update(torch.zeros(1, 1, n_tokens, width), torch.zeros(1, 1, n_tokens, width), 0)
+    return cache
+
+
+def test_common_prefix_length():
+    assert common_prefix_length([1, 2, 3], [1, 2, 4]) == 2
+    assert common_prefix_length([1, 2], [1, 2, 3]) == 2
+    assert common_prefix_length([], [1]) == 0
+
+
+def test_take_crops_to_the_common_prefix_and_leaves_one_token_to_run():
+    store = PrefixCacheStore()
+    store.put("s", [1, 2, 3, 4], fake_cache(4))
+    cache, reused = store.take("s", [1, 2, 9])
+    assert reused == 2 and cache.get_seq_length() == 2
+    store.put("s", [1, 2, 3], fake_cache(3))
+    cache, reused = store.take("s", [1, 2, 3])
+    assert reused == 2 and cache.get_seq_length() == 2
+
+
+def test_unknown_session_or_nothing_shared_starts_cold():
+    store = PrefixCacheStore()
+    assert store.take("nobody", [1, 2])[1] == 0
+    store.put("s", [5, 6], fake_cache(2))
+    cache, reused = store.take("s", [7, 8])
+    assert reused == 0 and cache.get_seq_length() == 0
+
+
+def test_an_entry_in_use_is_not_handed_out_twice():
+    store = PrefixCacheStore()
+    store.put("s", [1, 2, 3], fake_cache(3))
+    assert store.take("s", [1, 2, 3, 4])[1] == 3
+    assert store.take("s", [1, 2, 3, 4])[1] == 0
+
+
+def test_lru_bounds_sessions_and_bytes():
+    store = PrefixCacheStore(max_sessions=2)
+    for key in "abc":
+        store.put(key, [1, 2], fake_cache(2))
+    assert len(store) == 2 and store.take("a", [1, 2, 3])[1] == 0
+    one = cache_bytes(fake_cache(10))
+    store = PrefixCacheStore(max_bytes=int(2.5 * one))
+    for key in "abcd":
+        store.put(key, list(range(10)), fake_cache(10))
+    assert len(store) == 2
+    assert store.take("d", list(range(11)))[1] == 10
