@@ -6,7 +6,9 @@ Methods, all on the embedded model, timed in the same run:
   seed-nocache  the seed's uncached method: every step re-runs every branch's full sequence
   batched       ours, but the branches batched over a repeated copy of the prefix cache
   ours          custom_llm_inference.lookahead: session prefix cache + tree-attention branches
-  floor         one forward of the appended tokens + depth-1 forwards of the k branch tokens
+  floor         ours at the tensor level alone (get_lookahead_sequences on a warm cache): one
+                forward of the appended tokens + depth-1 forwards of the k branch tokens, no
+                tokenizing, decoding or session bookkeeping
 Ratios are speed-ups over `seed` (higher is better). Run: python bench/bench_lookahead.py
 """
 
@@ -24,7 +26,7 @@ from transformers import DynamicCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import custom_llm_inference as cli  # noqa: E402
-from lookahead.branches import extend_cache  # noqa: E402
+from lookahead.branches import extend_cache, get_lookahead_sequences  # noqa: E402
 
 N_BRANCHES, DEPTH = 5, 3
 
@@ -63,15 +65,6 @@ def batched_lookahead(model, ids: torch.Tensor, prefix_cache: DynamicCache, k: i
         out = model(seqs[:, -1:], past_key_values=branch_cache)
         seqs = torch.cat([seqs, out.logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     return seqs
-
-
-@torch.inference_mode()
-def floor(model, ids: torch.Tensor, cache: DynamicCache, k: int, depth: int) -> None:
-    extend_cache(model, ids, cache)
-    tokens = torch.zeros(1, k, dtype=torch.long)
-    for _ in range(depth - 1):
-        model(tokens, past_key_values=cache)
-    cache.crop(-k * (depth - 1))
 
 
 def timed(fn) -> float:
@@ -114,7 +107,7 @@ def main() -> None:
             before = ids[:, : -len(branch["token_ids"])]
             warm = DynamicCache()
             extend_cache(model, before, warm)
-            times["floor"].append(timed(lambda: floor(model, ids, warm, N_BRANCHES, DEPTH)))
+            times["floor"].append(timed(lambda: get_lookahead_sequences(model, ids, N_BRANCHES, DEPTH, warm)))
             warm.crop(before.shape[1] - ids.shape[1])
             times["batched"].append(timed(lambda: batched_lookahead(model, ids, warm, N_BRANCHES, DEPTH)))
             times["seed"].append(timed(lambda: seed_lookahead(model, ids, N_BRANCHES, DEPTH)))
