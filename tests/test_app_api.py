@@ -1,0 +1,80 @@
+"""The app's API through gradio_client, against the app served on 127.0.0.1."""
+
+import concurrent.futures
+
+import pytest
+from gradio_client import Client
+
+import custom_llm_inference as cli
+
+
+@pytest.fixture(scope="module")
+def client(app_url):
+    return Client(app_url, verbose=False)
+
+
+def test_endpoints_are_named_and_listed(client):
+    endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    assert {"/lookahead", "/next_token_distribution"} <= set(endpoints)
+    assert [p["parameter_name"] for p in endpoints["/lookahead"]["parameters"]] == ["text", "n_branches", "depth"]
+    assert [p["parameter_name"] for p in endpoints["/next_token_distribution"]["parameters"]] == ["text", "k"]
+
+
+def test_results_equal_the_engine(client):
+    text = "The old lighthouse keeper climbed the stairs and"
+    remote = client.predict(text, 4, 2, api_name="/lookahead")
+    local = cli.lookahead(text, 4, 2, session="local")
+    assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
+    assert [b["text"] for b in remote["branches"]] == [b["text"] for b in local["branches"]]
+    dist = client.predict(text, 5, api_name="/next_token_distribution")
+    assert [d["token_id"] for d in dist] == [d["token_id"] for d in local["distribution"][:5]]
+    assert dist[0]["prob"] == pytest.approx(local["distribution"][0]["prob"], abs=1e-5)
+
+
+def test_defaults_apply_when_parameters_are_left_out(client):
+    result = client.predict(text="Defaults please", api_name="/lookahead")
+    assert len(result["branches"]) == 5 and all(len(b["token_ids"]) == 3 for b in result["branches"])
+    assert len(client.predict(text="Defaults please", api_name="/next_token_distribution")) == 10
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("", 5, 3), "empty"),
+        (("hello", 100000, 3), "n_branches"),
+        (("hello", 5, 0), "depth"),
+        (("hello", -1, 3), "n_branches"),
+    ],
+)
+def test_bad_input_gets_a_clear_error_and_the_server_keeps_serving(client, args, message):
+    with pytest.raises(Exception, match=message):
+        client.predict(*args, api_name="/lookahead")
+    assert client.predict("Still serving", 2, 1, api_name="/lookahead")["branches"]
+
+
+def test_huge_and_odd_text_gets_an_answer(client):
+    huge = "All work and no play makes Jack a dull boy. " * 2000  # ~22k tokens, past the 8k context
+    result = client.predict(huge, 2, 2, api_name="/lookahead")
+    assert result["truncated_tokens"] > 0 and result["notice"]
+    odd = client.predict("bell\x07 null\x00 escape\x1b[0m 🦜", 3, 2, api_name="/lookahead")
+    assert len(odd["branches"]) == 3
+    with pytest.raises(Exception, match="k must"):
+        client.predict("hello", 0, api_name="/next_token_distribution")
+
+
+def test_concurrent_clients_each_get_their_own_results(client):
+    texts = [f"Client number {i} writes about {topic} and" for i, topic in enumerate(
+        ["cats", "rockets", "bread", "rivers", "chess", "snow", "music", "glass"])]
+    expected = {t: [b["token_ids"] for b in cli.lookahead(t, 3, 2, session="expected")["branches"]] for t in texts}
+
+    def ask(text):
+        own = Client(client.src, verbose=False)
+        first = own.predict(text, 3, 2, api_name="/lookahead")
+        again = own.predict(text, 3, 2, api_name="/lookahead")
+        return text, first, again
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        for text, first, again in pool.map(ask, texts):
+            assert [b["token_ids"] for b in first["branches"]] == expected[text]
+            assert [b["token_ids"] for b in again["branches"]] == expected[text]
+            assert again["reused_tokens"] == first["context_tokens"] - 1, "a client's session cache is its own"
