@@ -96,7 +96,8 @@ def _run(
     result = get_lookahead_sequences(
         model, torch.tensor([ids], device=model.device), n_branches, depth, cache, allowed
     )
-    prefix_caches.put(key, ids, result.cache)
+    continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
+    prefix_caches.put(key, ids, result.cache, continuations)
     info = {
         "model": key[0],
         "device": str(model.device),

@@ -47,13 +47,24 @@ def test_warm_and_cold_results_equal_the_reference_through_edits(model_name):
         previous_ids = ref["ids"]
 
 
-def test_appending_a_branch_reuses_the_whole_previous_text(embedded):
+def test_appending_a_branch_reuses_the_text_and_the_branch_tokens_already_computed(embedded):
     text = "Once upon a time, in a village by the sea, there lived"
     first = cli.lookahead(text, 5, 3, session="s")
     branch = first["branches"][2]
     after = cli.lookahead(text + branch["text"], 5, 3, session="s")
-    assert after["reused_tokens"] == first["context_tokens"]
     assert after["context_tokens"] == first["context_tokens"] + len(branch["token_ids"])
+    assert after["reused_tokens"] == after["context_tokens"] - 1, "only the branch's last token is new"
+
+
+def test_taking_branches_again_and_again_equals_the_reference(model_name):
+    model, tokenizer = cli.load_model(model_name)
+    text, k, depth = "In the morning the baker", 3, 4
+    for pick in [0, 2, 1, 0]:
+        result = cli.lookahead(text, k, depth, session="taker", model_name=model_name)
+        assert_matches_reference(result, reference_lookahead(model, tokenizer, text, k, depth), k)
+        text += result["branches"][pick]["text"]
+    final = cli.lookahead(text, k, depth, session="taker", model_name=model_name)
+    assert_matches_reference(final, reference_lookahead(model, tokenizer, text, k, depth), k)
 
 
 def test_trailing_whitespace_is_healed_and_branches_continue_the_text_exactly(embedded):

@@ -54,3 +54,16 @@ def test_lru_bounds_sessions_and_bytes():
         store.put(key, list(range(10)), fake_cache(10))
     assert len(store) == 2
     assert store.take("d", list(range(11)))[1] == 10
+
+
+def test_a_known_continuation_is_appended_instead_of_recomputed():
+    store = PrefixCacheStore()
+    branch_kv = [(torch.ones(1, 1, 2, 8), torch.ones(1, 1, 2, 8))]
+    store.put("s", [1, 2], fake_cache(2), [([7, 8], branch_kv), ([5, 6], branch_kv)])
+    cache, reused = store.take("s", [1, 2, 5, 6, 9])
+    assert reused == 4 and cache.get_seq_length() == 4
+    assert cache.layers[0].keys[..., 2:, :].eq(1).all() and cache.layers[0].keys[..., :2, :].eq(0).all()
+    store.put("s", [1, 2], fake_cache(2), [([5, 6], branch_kv)])
+    assert store.take("s", [1, 2, 5, 6])[1] == 3, "the last token is always run"
+    store.put("s", [1, 2], fake_cache(2), [([5, 6], branch_kv)])
+    assert store.take("s", [1, 2, 4, 6])[1] == 2
