@@ -16,6 +16,8 @@ from typing import NamedTuple
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from lookahead.kv_cache import GrowableCache
+
 
 class Lookahead(NamedTuple):
     sequences: torch.Tensor  # (k, depth) branch token ids; row i starts with the i-th most likely token
@@ -67,7 +69,7 @@ def get_lookahead_sequences(
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"expected input_ids of shape (1, T), got {tuple(input_ids.shape)}")
-    cache = DynamicCache() if cache is None else cache
+    cache = GrowableCache() if cache is None else cache
     prompt_len = input_ids.shape[1]
     logits = extend_cache(model, input_ids, cache)
     first = logits if allowed_first_tokens is None else logits.masked_fill(~allowed_first_tokens, float("-inf"))

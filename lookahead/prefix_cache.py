@@ -22,6 +22,8 @@ from collections.abc import Hashable, Sequence
 import torch
 from transformers import DynamicCache
 
+from lookahead.kv_cache import GrowableCache, allocated_bytes
+
 # A continuation: its token ids and, per layer, the (keys, values) of those tokens.
 Continuation = tuple[Sequence[int], list[tuple[torch.Tensor, torch.Tensor]]]
 
@@ -32,10 +34,6 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
-
-
-def cache_bytes(cache: DynamicCache) -> int:
-    return sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers if layer.is_initialized)
 
 
 class PrefixCacheStore:
@@ -50,11 +48,11 @@ class PrefixCacheStore:
         with self._lock:
             entry = self._entries.pop(key, None)
         if entry is None:
-            return DynamicCache(), 0
+            return GrowableCache(), 0
         cached_ids, cache, continuations = entry
         reused = min(common_prefix_length(cached_ids, token_ids), len(token_ids) - 1)
         if reused == 0:
-            return DynamicCache(), 0
+            return GrowableCache(), 0
         if reused < len(cached_ids):
             cache.crop(reused - len(cached_ids))
         elif continuations:
@@ -68,7 +66,7 @@ class PrefixCacheStore:
             self._entries[key] = (tuple(token_ids), cache, list(continuations))
             self._entries.move_to_end(key)
             while len(self._entries) > self.max_sessions or (
-                len(self._entries) > 1 and sum(cache_bytes(c) for _, c, _ in self._entries.values()) > self.max_bytes
+                len(self._entries) > 1 and sum(allocated_bytes(c) for _, c, _ in self._entries.values()) > self.max_bytes
             ):
                 self._entries.popitem(last=False)
 
@@ -86,6 +84,5 @@ def _append_known_continuation(cache: DynamicCache, continuations: list[Continua
     if n == 0:
         return 0
     for layer, (keys, values) in zip(cache.layers, kv):
-        layer.keys = torch.cat([layer.keys, keys[..., :n, :]], dim=-2)
-        layer.values = torch.cat([layer.values, values[..., :n, :]], dim=-2)
+        layer.update(keys[..., :n, :], values[..., :n, :])
     return n

@@ -3,7 +3,8 @@
 import torch
 from transformers import DynamicCache
 
-from lookahead.prefix_cache import PrefixCacheStore, cache_bytes, common_prefix_length
+from lookahead.kv_cache import allocated_bytes
+from lookahead.prefix_cache import PrefixCacheStore, common_prefix_length
 
 
 def fake_cache(n_tokens: int, width: int = 8) -> DynamicCache:
@@ -48,7 +49,7 @@ def test_lru_bounds_sessions_and_bytes():
     for key in "abc":
         store.put(key, [1, 2], fake_cache(2))
     assert len(store) == 2 and store.take("a", [1, 2, 3])[1] == 0
-    one = cache_bytes(fake_cache(10))
+    one = allocated_bytes(fake_cache(10))
     store = PrefixCacheStore(max_bytes=int(2.5 * one))
     for key in "abcd":
         store.put(key, list(range(10)), fake_cache(10))
