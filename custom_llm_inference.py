@@ -14,18 +14,24 @@ from __future__ import annotations
 import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisation
 
 import os
+import time
+from collections.abc import Iterator
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lookahead.branches import Lookahead, get_lookahead_sequences
+from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.healing import allowed_first_tokens, split_for_healing
 from lookahead.models import default_model_name, load_model
 from lookahead.prefix_cache import PrefixCacheStore
 
 __all__ = [
     "MAX_BRANCHES",
+    "MAX_NEW_TOKENS",
     "default_model_name",
+    "generate",
+    "generate_stream",
     "MAX_DEPTH",
     "MAX_TOP_K",
     "get_lookahead_sequences",
@@ -38,6 +44,8 @@ __all__ = [
 MAX_BRANCHES = 20
 MAX_DEPTH = 16
 MAX_TOP_K = 200
+MAX_NEW_TOKENS = 1024
+GENERATION_METHODS = {"greedy": greedy_passes, "lookahead": lookahead_passes}
 
 prefix_caches = PrefixCacheStore()
 
@@ -164,3 +172,51 @@ def lookahead(
         {"token_ids": seq, "text": t[len(healed) :], "prob": prob_of[seq[0]]} for seq, t in zip(sequences, texts)
     ]
     return {**info, "distribution": distribution, "branches": branches}
+
+
+def _eos_ids(model: PreTrainedModel) -> set[int]:
+    eos = model.generation_config.eos_token_id
+    return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
+
+
+def generate_stream(
+    text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None
+) -> Iterator[dict]:
+    """`generate`'s result after every forward pass, growing, for streaming into the UI."""
+    text = _check_text(text)
+    max_new_tokens = _check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS)
+    if method not in GENERATION_METHODS:
+        raise ValueError(f"method must be one of {sorted(GENERATION_METHODS)}, got {method!r}")
+    model, tokenizer = load_model(model_name)
+    ids = tokenizer(text)["input_ids"]
+    dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
+    ids = ids[dropped:]
+    result = {"text": "", "token_ids": [], "forward_passes": 0, "seconds": 0.0, "accepted_per_pass": [],
+              "draft_source_per_token": [], "method": method, "model": model_name or default_model_name(),
+              "truncated_tokens": dropped}
+    start = time.perf_counter()
+    for step in GENERATION_METHODS[method](model, ids, max_new_tokens, _eos_ids(model)):
+        result["token_ids"] += step.tokens
+        result["draft_source_per_token"] += step.sources
+        result["accepted_per_pass"].append(len(step.tokens))
+        result["forward_passes"] += 1
+        result["seconds"] = time.perf_counter() - start
+        result["text"] = tokenizer.decode(result["token_ids"], skip_special_tokens=True)
+        yield dict(result)
+
+
+@spaces.GPU(duration=120)
+def generate(
+    text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None
+) -> dict:
+    """Continue `text` greedily by up to `max_new_tokens` tokens (stopping after EOS).
+
+    method "greedy" is the plain cached loop; "lookahead" returns exactly the same tokens
+    in fewer forward passes (lookahead/decoding.py). Returns {"text", "token_ids",
+    "forward_passes" (decoding passes, after the prompt's prefill), "seconds",
+    "accepted_per_pass", "draft_source_per_token" ("step", "jacobi" or "ngram"), ...}.
+    """
+    result = None
+    for result in generate_stream(text, max_new_tokens, method, model_name=model_name):
+        pass
+    return result

@@ -1,0 +1,77 @@
+"""Generation speed: lossless lookahead decoding versus transformers, on a small prompt set.
+
+Methods, timed in the same run on the embedded model (greedy, fp32, same tokens):
+  hf-greedy        model.generate(do_sample=False)  (the baseline: ratios are against it)
+  hf-prompt-lookup model.generate(do_sample=False, prompt_lookup_num_tokens=10)
+  greedy           custom_llm_inference.generate(method="greedy"): our plain cached loop
+  lookahead        custom_llm_inference.generate(method="lookahead")
+Run: python bench/bench_decoding.py [--new-tokens 64] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import statistics
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import custom_llm_inference as cli  # noqa: E402
+
+PROMPTS = {
+    "code": textwrap.dedent(inspect.getsource(textwrap.TextWrapper._wrap_chunks))[:2500],
+    "prose": "The lighthouse stood at the edge of the world. Every evening the keeper climbed its hundred "
+    "steps, lit the great lamp, and watched the sea. One night, a ship appeared on the horizon that",
+    "qa": "Question: Why is the sky blue?\nAnswer:",
+    "list": "Things to pack for a week of camping:\n1. A tent\n2. A sleeping bag\n3.",
+    "repetition": "Row, row, row your boat, gently down the stream. Merrily, merrily, merrily, merrily, "
+    "life is but a dream. Row, row, row your boat, gently down the stream. Merrily,",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    model, tokenizer = cli.load_model()
+    n = args.new_tokens
+    print(f"model {cli.default_model_name()} on {model.device}, torch threads {torch.get_num_threads()}, "
+          f"{n} new tokens, median of {args.repeats}\n")
+    print("| prompt | hf-greedy tok/s | hf-prompt-lookup | greedy (ours) | **lookahead** | tokens/pass | passes |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, text in PROMPTS.items():
+        ids = torch.tensor([tokenizer(text)["input_ids"]])
+        runs = {
+            "hf-greedy": lambda: model.generate(ids, do_sample=False, max_new_tokens=n)[0, ids.shape[1] :].tolist(),
+            "hf-prompt-lookup": lambda: model.generate(
+                ids, do_sample=False, max_new_tokens=n, prompt_lookup_num_tokens=10
+            )[0, ids.shape[1] :].tolist(),
+            "greedy": lambda: cli.generate(text, n, "greedy")["token_ids"],
+            "lookahead": lambda: cli.generate(text, n, "lookahead")["token_ids"],
+        }
+        seconds: dict[str, float] = {}
+        tokens: dict[str, list[int]] = {}
+        for method, run in runs.items():
+            times = []
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                tokens[method] = run()
+                times.append(time.perf_counter() - start)
+            seconds[method] = statistics.median(times)
+        assert tokens["lookahead"] == tokens["hf-greedy"] == tokens["greedy"], f"{name}: outputs differ"
+        detail = cli.generate(text, n, "lookahead")
+        rate = {m: len(tokens[m]) / s for m, s in seconds.items()}
+        ratio = lambda m: f"{rate[m] / rate['hf-greedy']:.2f}×"  # noqa: E731
+        print(f"| {name} | {rate['hf-greedy']:.1f} | {ratio('hf-prompt-lookup')} | {ratio('greedy')} | "
+              f"**{ratio('lookahead')}** | {len(detail['token_ids']) / detail['forward_passes']:.2f} | "
+              f"{detail['forward_passes']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""Lossless lookahead decoding: exactly greedy's tokens, in fewer forward passes.
+
+Every pass feeds one sequence after the KV cache: the last accepted token x, then a
+Jacobi window (W guesses for the next tokens, refined each pass by the model's own
+outputs, as in Jacobi decoding and LADE), then up to G drafts of up to D tokens from an
+n-gram pool (earlier occurrences of the last few tokens in the prompt and the output,
+as in prompt lookup and PIA's trie, plus the n-grams the Jacobi window produced). A
+tree mask lets each chain see only the cache, x and its own earlier tokens, so one
+pass verifies every chain: a chain's tokens are accepted while each equals the greedy
+choice after the one before it. The longest accepted chain, plus the model's next
+token after it, is appended, and the cache keeps only those tokens.
+
+On a CPU a pass over 8 tokens costs about twice a pass over one, so guessing is only
+worth it when guesses are accepted. W, D and G therefore follow the acceptance seen so
+far: sources that are not accepted shrink to nothing and the loop falls back to plain
+one-token steps, re-probing the window now and then.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedModel
+
+from lookahead.kv_cache import GrowableCache
+
+# Named constants, as in llama.cpp's lookahead example.
+W_MAX = 4  # Jacobi window: most guesses fed per pass
+D_MAX = 8  # longest n-gram draft
+G_MAX = 3  # most n-gram drafts per pass
+KEY_MAX = 3  # longest suffix of the output looked up in the n-gram pool
+PROBE_EVERY = 8  # passes between re-probes of a window that was switched off
+EMA = 0.7  # weight of the past in the acceptance averages
+
+STEP, JACOBI, NGRAM = "step", "jacobi", "ngram"
+
+
+class NGramPool:
+    """Where each token sequence was seen: the prompt and output, plus Jacobi-window n-grams.
+
+    Lookups match the longest suffix (up to KEY_MAX tokens) of the current text and
+    return what followed it, most recent first, as in prompt lookup and PIA's trie.
+    """
+
+    def __init__(self, tokens: list[int]):
+        self.tokens: list[int] = []
+        self.positions: dict[int, list[int]] = defaultdict(list)  # token -> indices in self.tokens
+        self.jacobi: dict[int, dict[tuple[int, ...], None]] = defaultdict(dict)  # first token -> n-grams
+        self.extend(tokens)
+
+    def extend(self, tokens: list[int]) -> None:
+        for token in tokens:
+            self.positions[token].append(len(self.tokens))
+            self.tokens.append(token)
+
+    def add_jacobi(self, ngram: tuple[int, ...]) -> None:
+        grams = self.jacobi[ngram[0]]
+        grams.pop(ngram, None)
+        grams[ngram] = None
+        if len(grams) > G_MAX:
+            del grams[next(iter(grams))]
+
+    def drafts(self, n: int, length: int, min_match: int = 1) -> list[tuple[tuple[int, ...], str]]:
+        """Up to n distinct (draft, source) continuations of the current text, best first.
+
+        Text matches must cover at least `min_match` tokens; Jacobi n-grams fill the rest.
+        """
+        text = self.tokens
+        last = len(text) - 1
+        scored = []
+        for pos in reversed(self.positions[text[-1]][:-1]):
+            match = 1
+            while match < KEY_MAX and pos - match >= 0 and text[pos - match] == text[last - match]:
+                match += 1
+            scored.append((match, pos))
+            if len(scored) >= 64:
+                break
+        scored.sort(key=lambda mp: -mp[0])  # stable: most recent first among equal matches
+        found: dict[tuple[int, ...], str] = {}
+        for match, pos in scored:
+            draft = tuple(text[pos + 1 : pos + 1 + length])
+            if draft and match >= min_match:
+                found.setdefault(draft, NGRAM)
+            if len(found) >= n:
+                break
+        for gram in reversed(self.jacobi.get(text[-1], {})):
+            if len(found) >= n:
+                break
+            found.setdefault(gram[1 : 1 + length], JACOBI)
+        return list(found.items())[:n]
+
+
+def chain_mask(past: int, chains: list[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(1, 1, q, past+q) additive mask for x followed by chains of the given lengths, each continuing x."""
+    q = 1 + sum(chains)
+    visible = torch.zeros(q, past + q, dtype=torch.bool, device=device)
+    visible[:, : past + 1] = True
+    start = 1
+    for length in chains:
+        rows = slice(start, start + length)
+        visible[rows, past + start : past + start + length] = torch.ones(
+            length, length, dtype=torch.bool, device=device
+        ).tril()
+        start += length
+    mask = torch.zeros(visible.shape, dtype=dtype, device=device)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+@dataclass
+class Pass:
+    """What one forward pass produced: the new tokens and where each came from."""
+
+    tokens: list[int]
+    sources: list[str]
+
+
+@dataclass
+class _Adaptive:
+    """Running acceptance per source, which sizes the next pass."""
+
+    window_gain: float = 1.0  # tokens the window gets accepted per pass (EMA), optimistic start
+    ngram_gain: float = 1.0
+    passes_since_probe: int = 0
+    window: list[int] = field(default_factory=list)
+
+    def window_size(self) -> int:
+        if self.window_gain >= 0.25:
+            return min(W_MAX, 2 + round(2 * self.window_gain))
+        self.passes_since_probe += 1
+        if self.passes_since_probe >= PROBE_EVERY:
+            self.passes_since_probe = 0
+            return 2
+        return 0
+
+    def draft_shape(self) -> tuple[int, int, int]:
+        """(how many drafts, how long, shortest text match) for the next pass."""
+        if self.ngram_gain < 0.3:
+            return 1, 2, KEY_MAX  # only near-certain repeats while drafts keep failing
+        if self.ngram_gain < 1:
+            return 2, 3, 2
+        return G_MAX, min(D_MAX, 2 + round(2 * self.ngram_gain)), 1
+
+    def update(self, window_accepted: int | None, ngram_accepted: int | None) -> None:
+        if window_accepted is not None:
+            self.window_gain = EMA * self.window_gain + (1 - EMA) * window_accepted
+        if ngram_accepted is not None:
+            self.ngram_gain = EMA * self.ngram_gain + (1 - EMA) * ngram_accepted
+
+
+@torch.inference_mode()
+def greedy_passes(model: PreTrainedModel, input_ids: list[int], max_new_tokens: int, eos: set[int]) -> Iterator[Pass]:
+    """Plain cached greedy decoding: one token per pass (the baseline)."""
+    cache = GrowableCache()
+    feed = torch.tensor([input_ids], device=model.device)
+    for _ in range(max_new_tokens):
+        token = int(model(feed, past_key_values=cache, logits_to_keep=1).logits[0, -1].argmax())
+        yield Pass([token], [STEP])
+        if token in eos:
+            return
+        feed = torch.tensor([[token]], device=model.device)
+
+
+@torch.inference_mode()
+def lookahead_passes(
+    model: PreTrainedModel, input_ids: list[int], max_new_tokens: int, eos: set[int]
+) -> Iterator[Pass]:
+    """Greedy decoding's exact tokens, several per pass where the guesses are right."""
+    device = model.device
+    cache = GrowableCache()
+    if len(input_ids) > 1:
+        model(torch.tensor([input_ids[:-1]], device=device), past_key_values=cache)
+    pool = NGramPool(input_ids)
+    state = _Adaptive()
+    x = input_ids[-1]  # the last token, not yet in the cache
+    produced = 0
+    while produced < max_new_tokens:
+        past = cache.get_seq_length()
+        w = state.window_size()
+        window = (state.window + [x] * W_MAX)[:w]
+        drafts = [(list(d), s) for d, s in pool.drafts(*state.draft_shape())]
+        chains = ([(window, JACOBI)] if window else []) + drafts
+        feed = [x] + [t for chain, _ in chains for t in chain]
+        lengths = [len(chain) for chain, _ in chains]
+        out = model(
+            torch.tensor([feed], device=device),
+            past_key_values=cache,
+            attention_mask=chain_mask(past, lengths, model.dtype, device),
+            position_ids=torch.tensor(
+                [[past] + [past + 1 + j for n in lengths for j in range(n)]], device=device
+            ),
+        )
+        choice = out.logits[0].argmax(-1).tolist()  # greedy token after each fed token
+        best, best_chain, best_start = 0, None, 0
+        start = 1
+        accepted_by_source: dict[str, int] = {}
+        for (chain, source), n in zip(chains, lengths):
+            a, prev = 0, 0  # prev: index in `feed` of the token the next guess must follow
+            while a < n and chain[a] == choice[prev]:
+                prev = start + a
+                a += 1
+            accepted_by_source[source] = max(a, accepted_by_source.get(source, 0))
+            if a > best:
+                best, best_chain, best_start = a, chain, start
+            start += n
+        kept = list(range(best_start, best_start + best))
+        tokens = (best_chain[:best] if best_chain else []) + [choice[kept[-1] if kept else 0]]
+        sources = [next(s for c, s in chains if c is best_chain)] * best + [STEP] if best_chain else [STEP]
+        # The window's outputs are its next guesses (shifted past what was accepted), and
+        # each of its inputs with the outputs after it is an n-gram for the pool.
+        if window:
+            outputs = choice[: 1 + len(window)]
+            for j, guess in enumerate([x] + window):
+                if len(outputs) - j >= 2:
+                    pool.add_jacobi((guess, *outputs[j:]))
+            state.window = outputs[best + 1 :]
+        state.update(accepted_by_source.get(JACOBI) if window else None,
+                     accepted_by_source.get(NGRAM) if any(s == NGRAM for _, s in drafts) else None)
+        cache.keep(past + 1, [past + i for i in kept])
+        for i, token in enumerate(tokens):
+            if token in eos or produced + i + 1 >= max_new_tokens:
+                tokens, sources = tokens[: i + 1], sources[: i + 1]
+                break
+        produced += len(tokens)
+        pool.extend(tokens)
+        yield Pass(tokens, sources)
+        if tokens[-1] in eos:
+            return
+        x = tokens[-1]

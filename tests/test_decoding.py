@@ -1,0 +1,113 @@
+"""Lookahead decoding is lossless: exactly transformers' greedy tokens, on every test model."""
+
+import inspect
+import textwrap
+
+import pytest
+import torch
+import custom_llm_inference as cli
+from lookahead.decoding import JACOBI, NGRAM, STEP, NGramPool, chain_mask
+
+PROMPTS = {
+    "code": textwrap.dedent(inspect.getsource(textwrap.indent)),
+    "prose": "The history of the lighthouse begins in ancient times, when fires were lit on hilltops to",
+    "repetition": "one two three four, one two three four, one two three four, one two",
+    "list": "Shopping list:\n1. apples\n2. bread\n3. milk\n4.",
+    "qa": "Question: What is the capital of France?\nAnswer:",
+}
+
+
+def transformers_greedy(model, tokenizer, text, n, **kwargs) -> list[int]:
+    ids = torch.tensor([tokenizer(text)["input_ids"]])
+    return model.generate(ids, do_sample=False, max_new_tokens=n, **kwargs)[0, ids.shape[1] :].tolist()
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("method", ["lookahead", "greedy"])
+def test_tokens_equal_transformers_greedy_generate(model_name, prompt, method):
+    model, tokenizer = cli.load_model(model_name)
+    n = 12 if model_name.startswith("/") else 40  # tiny models have a 64-token context
+    text = PROMPTS[prompt][-150:] if model_name.startswith("/") else PROMPTS[prompt]
+    expected = transformers_greedy(model, tokenizer, text, n)
+    result = cli.generate(text, n, method, model_name=model_name)
+    assert result["token_ids"] == expected
+    assert sum(result["accepted_per_pass"]) == len(result["token_ids"]) == len(result["draft_source_per_token"])
+    assert result["forward_passes"] == len(result["accepted_per_pass"])
+    assert set(result["draft_source_per_token"]) <= {STEP, JACOBI, NGRAM}
+    assert result["text"] == tokenizer.decode(expected, skip_special_tokens=True)
+
+
+def test_repetitive_text_takes_fewer_passes_than_tokens(embedded):
+    result = cli.generate(PROMPTS["repetition"], 30, "lookahead")
+    assert result["forward_passes"] < len(result["token_ids"])
+    assert max(result["accepted_per_pass"]) > 1
+    assert NGRAM in result["draft_source_per_token"] or JACOBI in result["draft_source_per_token"]
+    greedy = cli.generate(PROMPTS["repetition"], 30, "greedy")
+    assert greedy["forward_passes"] == len(greedy["token_ids"]) and set(greedy["draft_source_per_token"]) == {STEP}
+
+
+@pytest.mark.parametrize("method", ["lookahead", "greedy"])
+def test_generation_stops_after_eos_like_transformers(embedded, method):
+    model, tokenizer = embedded
+    text = PROMPTS["repetition"]
+    plain = transformers_greedy(model, tokenizer, text, 20)
+    eos = plain[6]  # pretend the 7th greedy token is EOS
+    original = model.generation_config.eos_token_id
+    model.generation_config.eos_token_id = eos
+    try:
+        expected = transformers_greedy(model, tokenizer, text, 20)
+        result = cli.generate(text, 20, method)
+    finally:
+        model.generation_config.eos_token_id = original
+    assert result["token_ids"] == expected and result["token_ids"][-1] == eos
+    assert len(result["token_ids"]) == plain.index(eos) + 1
+
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_max_new_tokens_is_exact(embedded, n):
+    result = cli.generate(PROMPTS["repetition"], n, "lookahead")
+    assert len(result["token_ids"]) == n
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"text": ""}, "empty"),
+        ({"text": "x", "max_new_tokens": 0}, "max_new_tokens"),
+        ({"text": "x", "max_new_tokens": cli.MAX_NEW_TOKENS + 1}, "max_new_tokens"),
+        ({"text": "x", "method": "beam"}, "method"),
+    ],
+)
+def test_bad_generate_arguments_raise_clear_value_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        cli.generate(**kwargs)
+
+
+def test_pool_drafts_what_followed_the_longest_recent_match():
+    pool = NGramPool([5, 1, 2, 3, 9, 8, 2, 3, 4, 7, 1, 2, 3])
+    drafts = pool.drafts(3, 3)
+    assert drafts[0] == ((9, 8, 2), NGRAM), "1 2 3 matched three tokens: its continuation comes first"
+    assert ((4, 7, 1), NGRAM) in drafts, "the 2 3 match follows"
+    assert pool.drafts(3, 3, min_match=3) == [((9, 8, 2), NGRAM)]
+    pool.extend([6])
+    assert pool.drafts(2, 2) == [], "a token never seen before has no continuation"
+
+
+def test_pool_offers_jacobi_ngrams_after_text_matches():
+    pool = NGramPool([4, 5, 6])
+    pool.add_jacobi((6, 11, 12, 13))
+    assert pool.drafts(2, 2) == [((11, 12), JACOBI)]
+    for g in range(10):
+        pool.add_jacobi((6, 20 + g))
+    assert len(pool.jacobi[6]) <= 3, "the pool keeps only the newest few n-grams per token"
+
+
+def test_chain_mask_lets_each_chain_see_the_cache_x_and_its_own_past():
+    mask = chain_mask(past=2, chains=[2, 1], dtype=torch.float32, device=torch.device("cpu"))
+    visible = (mask[0, 0] == 0).int().tolist()
+    assert visible == [
+        [1, 1, 1, 0, 0, 0],  # x
+        [1, 1, 1, 1, 0, 0],  # chain 1, token 1
+        [1, 1, 1, 1, 1, 0],  # chain 1, token 2
+        [1, 1, 1, 0, 0, 1],  # chain 2, token 1
+    ]
