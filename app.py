@@ -12,6 +12,8 @@ import gradio as gr
 
 import custom_llm_inference as cli
 
+SOURCE_LABELS = {"jacobi": "Jacobi window", "ngram": "n-gram draft", "step": "plain step"}
+SOURCE_COLORS = {"Jacobi window": "#a78bfa", "n-gram draft": "#34d399", "plain step": "#e5e7eb"}
 MAX_BUTTONS = 10  # the n_branches slider's maximum; buttons beyond n_branches are hidden
 PLOT_TOKENS = 10
 UNDO_LEVELS = 50
@@ -69,8 +71,7 @@ def branch_label(branch: dict) -> str:
 
 def suggest(text: str, n_branches: int, depth: int, history: list[str], request: gr.Request):
     """Recompute everything for `text`: branches, plot, status. Records `text` in the undo history."""
-    if not history or history[-1] != text:
-        history = (history + [text])[-UNDO_LEVELS:]
+    history = remember(history, text)
     if not text:
         hidden = [gr.update(visible=False)] * MAX_BUTTONS
         return (None, *hidden, "", "Type something to see where the model could go next.", history)
@@ -111,6 +112,31 @@ def undo(history: list[str]) -> tuple[str, list[str]]:
     return history[-1], history
 
 
+def remember(history: list[str], text: str) -> list[str]:
+    return history if history and history[-1] == text else (history + [text])[-UNDO_LEVELS:]
+
+
+def continue_text(text: str, n_tokens: int, lossless: bool, history: list[str]):
+    """Stream a greedy continuation into the text, then show which tokens came from accepted drafts."""
+    if not text:
+        raise gr.Error("Type something to continue.")
+    history = remember(history, text)
+    result = None
+    try:
+        for result in cli.generate_stream(text, int(n_tokens), "lookahead" if lossless else "greedy"):
+            yield text + result["text"], gr.update(), f"{len(result['token_ids'])} tokens…", history
+    except ValueError as error:
+        raise gr.Error(str(error)) from None
+    pieces = [(piece, SOURCE_LABELS[source]) for piece, source in
+              zip(result["token_texts"], result["draft_source_per_token"])]
+    n, passes = len(result["token_ids"]), result["forward_passes"]
+    summary = (
+        f"{n} tokens in **{passes} forward passes**: {n / passes:.2f} tokens per pass, so {n / passes:.1f}× fewer "
+        f"passes than one token at a time · {result['seconds']:.2f} s ({n / result['seconds']:.1f} tokens/s)"
+    )
+    yield text + result["text"], pieces, summary, history
+
+
 def session_key(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or "anonymous"
 
@@ -119,6 +145,14 @@ def api_lookahead(text: str, n_branches: int = 5, depth: int = 3, request: gr.Re
     """Top n_branches next tokens of `text`, each continued greedily to `depth` tokens (see README)."""
     try:
         return cli.lookahead(text, n_branches, depth, session=session_key(request))
+    except ValueError as error:
+        raise gr.Error(str(error)) from None
+
+
+def api_generate(text: str, max_new_tokens: int = 64, method: str = "lookahead") -> dict:
+    """Continue `text` greedily; "lookahead" gives the same tokens as "greedy" in fewer forward passes."""
+    try:
+        return cli.generate(text, max_new_tokens, method)
     except ValueError as error:
         raise gr.Error(str(error)) from None
 
@@ -158,6 +192,15 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 undo_button = gr.Button("Undo", elem_id="undo", size="sm")
                 clear_button = gr.Button("Clear", elem_id="clear", size="sm")
             status = gr.Markdown(elem_id="status")
+            with gr.Row(equal_height=True):
+                n_tokens = gr.Number(64, minimum=1, maximum=256, step=1, precision=0, label="Tokens to continue")
+                lossless = gr.Checkbox(True, label="Lookahead decoding (same text, fewer passes)")
+                continue_button = gr.Button("Continue", elem_id="continue", variant="primary")
+            continuation = gr.HighlightedText(
+                label="Last continuation: where each token came from", color_map=SOURCE_COLORS,
+                combine_adjacent=False, show_legend=True, elem_id="continuation",
+            )
+            continuation_status = gr.Markdown(elem_id="continuation-status")
         with gr.Column(scale=2):
             gr.Markdown("**Next token**")
             plot = gr.HTML(elem_id="plot")
@@ -178,7 +221,13 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     undo_button.click(undo, history, [text, history], api_visibility="private").success(**suggest_io)
     clear_button.click(lambda: "", None, text, api_visibility="private").then(**suggest_io)
 
+    continue_button.click(
+        continue_text, [text, n_tokens, lossless, history], [text, continuation, continuation_status, history],
+        api_visibility="private",
+    ).success(**suggest_io)
+
     gr.api(api_lookahead, api_name="lookahead")
+    gr.api(api_generate, api_name="generate")
     gr.api(api_next_token_distribution, api_name="next_token_distribution")
 
 

@@ -179,10 +179,7 @@ def _eos_ids(model: PreTrainedModel) -> set[int]:
     return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
 
 
-def generate_stream(
-    text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None
-) -> Iterator[dict]:
-    """`generate`'s result after every forward pass, growing, for streaming into the UI."""
+def _generation(text: str, max_new_tokens: int, method: str, model_name: str | None) -> Iterator[dict]:
     text = _check_text(text)
     max_new_tokens = _check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS)
     if method not in GENERATION_METHODS:
@@ -191,18 +188,41 @@ def generate_stream(
     ids = tokenizer(text)["input_ids"]
     dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
     ids = ids[dropped:]
-    result = {"text": "", "token_ids": [], "forward_passes": 0, "seconds": 0.0, "accepted_per_pass": [],
-              "draft_source_per_token": [], "method": method, "model": model_name or default_model_name(),
-              "truncated_tokens": dropped}
+    new_ids: list[int] = []
+    pieces: list[str] = []  # each token's share of the decoded text (multi-byte characters stay whole)
+    sources: list[str] = []
+    accepted: list[int] = []
     start = time.perf_counter()
     for step in GENERATION_METHODS[method](model, ids, max_new_tokens, _eos_ids(model)):
-        result["token_ids"] += step.tokens
-        result["draft_source_per_token"] += step.sources
-        result["accepted_per_pass"].append(len(step.tokens))
-        result["forward_passes"] += 1
-        result["seconds"] = time.perf_counter() - start
-        result["text"] = tokenizer.decode(result["token_ids"], skip_special_tokens=True)
-        yield dict(result)
+        decoded = tokenizer.decode(new_ids, skip_special_tokens=True)
+        for token in step.tokens:
+            new_ids.append(token)
+            longer = tokenizer.decode(new_ids, skip_special_tokens=True)
+            pieces.append(longer[len(decoded) :] if longer.startswith(decoded) else longer)
+            decoded = longer
+        sources += step.sources
+        accepted.append(len(step.tokens))
+        yield {
+            "text": decoded,
+            "token_ids": list(new_ids),
+            "token_texts": list(pieces),
+            "forward_passes": len(accepted),
+            "tokens_per_pass": len(new_ids) / len(accepted),
+            "seconds": time.perf_counter() - start,
+            "accepted_per_pass": list(accepted),
+            "draft_source_per_token": list(sources),
+            "method": method,
+            "model": model_name or default_model_name(),
+            "truncated_tokens": dropped,
+        }
+
+
+@spaces.GPU(duration=120)
+def generate_stream(
+    text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None
+) -> Iterator[dict]:
+    """`generate`'s result after every forward pass, growing, for streaming into the UI."""
+    yield from _generation(text, max_new_tokens, method, model_name)
 
 
 @spaces.GPU(duration=120)
@@ -213,10 +233,12 @@ def generate(
 
     method "greedy" is the plain cached loop; "lookahead" returns exactly the same tokens
     in fewer forward passes (lookahead/decoding.py). Returns {"text", "token_ids",
-    "forward_passes" (decoding passes, after the prompt's prefill), "seconds",
-    "accepted_per_pass", "draft_source_per_token" ("step", "jacobi" or "ngram"), ...}.
+    "token_texts" (each token's piece of "text"), "forward_passes" (the prompt's pass
+    included, which gives the first token), "tokens_per_pass", "seconds", "accepted_per_pass",
+    "draft_source_per_token" ("step", "jacobi" or "ngram"), "method", "model",
+    "truncated_tokens"}.
     """
-    result = None
-    for result in generate_stream(text, max_new_tokens, method, model_name=model_name):
+    result: dict = {}
+    for result in _generation(text, max_new_tokens, method, model_name):
         pass
     return result

@@ -27,7 +27,9 @@ PROMPTS = {
     "code": textwrap.dedent(inspect.getsource(textwrap.TextWrapper._wrap_chunks))[:2500],
     "prose": "The lighthouse stood at the edge of the world. Every evening the keeper climbed its hundred "
     "steps, lit the great lamp, and watched the sea. One night, a ship appeared on the horizon that",
-    "qa": "Question: Why is the sky blue?\nAnswer:",
+    "code-repetition": "".join(f"def test_add_{i}():\n    assert add({i}, {i}) == {2 * i}\n\n\n" for i in range(1, 4))
+    + "def test_add_4():\n    assert add(",
+    "qa": "Q: What are three reasons people keep journals?\nA: 1.",
     "list": "Things to pack for a week of camping:\n1. A tent\n2. A sleeping bag\n3.",
     "repetition": "Row, row, row your boat, gently down the stream. Merrily, merrily, merrily, merrily, "
     "life is but a dream. Row, row, row your boat, gently down the stream. Merrily,",

@@ -15,7 +15,7 @@ def client(app_url):
 
 def test_endpoints_are_named_and_listed(client):
     endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    assert {"/lookahead", "/next_token_distribution"} <= set(endpoints)
+    assert {"/lookahead", "/next_token_distribution", "/generate"} <= set(endpoints)
     assert [p["parameter_name"] for p in endpoints["/lookahead"]["parameters"]] == ["text", "n_branches", "depth"]
     assert [p["parameter_name"] for p in endpoints["/next_token_distribution"]["parameters"]] == ["text", "k"]
 
@@ -78,3 +78,14 @@ def test_concurrent_clients_each_get_their_own_results(client):
             assert [b["token_ids"] for b in first["branches"]] == expected[text]
             assert [b["token_ids"] for b in again["branches"]] == expected[text]
             assert again["reused_tokens"] == first["context_tokens"] - 1, "a client's session cache is its own"
+
+
+def test_generate_endpoint_equals_the_engine_and_rejects_bad_methods(client):
+    text = "Monday, Tuesday, Wednesday,"
+    remote = client.predict(text, 8, "lookahead", api_name="/generate")
+    assert remote["token_ids"] == cli.generate(text, 8, "greedy")["token_ids"]
+    assert remote["forward_passes"] == len(remote["accepted_per_pass"])
+    with pytest.raises(Exception, match="method"):
+        client.predict(text, 8, "beam", api_name="/generate")
+    with pytest.raises(Exception, match="max_new_tokens"):
+        client.predict(text, 100000, "greedy", api_name="/generate")

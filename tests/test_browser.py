@@ -75,6 +75,21 @@ def test_write_click_keyboard_and_undo(page):
     expect_suggestions_for(page, text)
 
 
+def test_continue_streams_greedy_text_and_colours_its_sources(page):
+    text = "Monday, Tuesday, Wednesday, Thursday,"
+    type_text(page, text)
+    expect_suggestions_for(page, text)
+    page.get_by_label("Tokens to continue").fill("12")
+    page.locator("#continue").click()
+    expected = cli.generate(text, 12, "greedy")
+    expect_suggestions_for(page, text + expected["text"])
+    expect(page.locator("#continuation-status")).to_contain_text(f"{len(expected['token_ids'])} tokens in")
+    expect(page.locator("#continuation")).to_contain_text("n-gram draft")  # the legend
+    page.screenshot(path=SCREENSHOT.with_name("continue.png"), full_page=True)
+    page.locator("#undo").click()
+    expect_suggestions_for(page, text)
+
+
 def test_clear_and_errors_leave_the_page_usable(page):
     page.locator("#clear").click()
     expect(page.locator("#text textarea")).to_have_value("")

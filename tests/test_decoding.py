@@ -34,7 +34,7 @@ def test_tokens_equal_transformers_greedy_generate(model_name, prompt, method):
     assert sum(result["accepted_per_pass"]) == len(result["token_ids"]) == len(result["draft_source_per_token"])
     assert result["forward_passes"] == len(result["accepted_per_pass"])
     assert set(result["draft_source_per_token"]) <= {STEP, JACOBI, NGRAM}
-    assert result["text"] == tokenizer.decode(expected, skip_special_tokens=True)
+    assert result["text"] == tokenizer.decode(expected, skip_special_tokens=True) == "".join(result["token_texts"])
 
 
 def test_repetitive_text_takes_fewer_passes_than_tokens(embedded):
@@ -61,6 +61,13 @@ def test_generation_stops_after_eos_like_transformers(embedded, method):
         model.generation_config.eos_token_id = original
     assert result["token_ids"] == expected and result["token_ids"][-1] == eos
     assert len(result["token_ids"]) == plain.index(eos) + 1
+
+
+def test_streaming_grows_pass_by_pass_to_the_final_result(embedded):
+    steps = list(cli.generate_stream(PROMPTS["list"], 12, "lookahead"))
+    assert [len(s["accepted_per_pass"]) for s in steps] == list(range(1, len(steps) + 1))
+    assert all(a["token_ids"] == b["token_ids"][: len(a["token_ids"])] for a, b in zip(steps, steps[1:]))
+    assert steps[-1] == {**cli.generate(PROMPTS["list"], 12, "lookahead"), "seconds": steps[-1]["seconds"]}
 
 
 @pytest.mark.parametrize("n", [1, 2, 7])
