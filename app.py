@@ -131,8 +131,9 @@ def continue_text(text: str, n_tokens: int, lossless: bool, history: list[str]):
               zip(result["token_texts"], result["draft_source_per_token"])]
     n, passes = len(result["token_ids"]), result["forward_passes"]
     summary = (
-        f"{n} tokens in **{passes} forward passes**: {n / passes:.2f} tokens per pass, so {n / passes:.1f}× fewer "
-        f"passes than one token at a time · {result['seconds']:.2f} s ({n / result['seconds']:.1f} tokens/s)"
+        f"{n} tokens in **{passes} forward passes** ({n / passes:.2f} tokens per pass: a {n / passes:.1f}× "
+        f"speed-up in passes over one token at a time) · {result['seconds']:.2f} s, "
+        f"{n / result['seconds']:.1f} tokens/s"
     )
     yield text + result["text"], pieces, summary, history
 
@@ -192,10 +193,10 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 undo_button = gr.Button("Undo", elem_id="undo", size="sm")
                 clear_button = gr.Button("Clear", elem_id="clear", size="sm")
             status = gr.Markdown(elem_id="status")
-            with gr.Row(equal_height=True):
+            with gr.Row():
                 n_tokens = gr.Number(64, minimum=1, maximum=256, step=1, precision=0, label="Tokens to continue")
                 lossless = gr.Checkbox(True, label="Lookahead decoding (same text, fewer passes)")
-                continue_button = gr.Button("Continue", elem_id="continue", variant="primary")
+                continue_button = gr.Button("Continue", elem_id="continue", variant="primary", scale=0, min_width=140)
             continuation = gr.HighlightedText(
                 label="Last continuation: where each token came from", color_map=SOURCE_COLORS,
                 combine_adjacent=False, show_legend=True, elem_id="continuation",
