@@ -63,34 +63,43 @@ class NGramPool:
         if len(grams) > G_MAX:
             del grams[next(iter(grams))]
 
+    def _text_matches(self, length: int, slot: bool) -> list[tuple[int, tuple[int, ...]]]:
+        """(tokens matched, continuation) for earlier occurrences of the text's end, longest match first.
+
+        With `slot`, the last token is a wildcard (a name or number that changed in a repeated
+        template): the tokens before it must match, and the continuation skips the slot.
+        """
+        text, last = self.tokens, len(self.tokens) - 1
+        anchor = last - 1 if slot else last
+        found = []
+        for pos in reversed(self.positions[text[anchor]] if anchor >= 0 else []):
+            if pos >= anchor or (slot and text[pos + 1] == text[last]):
+                continue
+            match = 1
+            while match < KEY_MAX and pos - match >= 0 and text[pos - match] == text[anchor - match]:
+                match += 1
+            start = pos + 1 + slot
+            found.append((match, tuple(text[start : start + length])))
+            if len(found) >= 64:
+                break
+        return sorted(found, key=lambda m: -m[0])  # stable: most recent first among equal matches
+
     def drafts(self, n: int, length: int, min_match: int = 1) -> list[tuple[tuple[int, ...], str]]:
         """Up to n distinct (draft, source) continuations of the current text, best first.
 
-        Text matches must cover at least `min_match` tokens; Jacobi n-grams fill the rest.
+        Exact matches must cover at least `min_match` tokens, slot matches at least 2;
+        Jacobi n-grams fill the rest.
         """
-        text = self.tokens
-        last = len(text) - 1
-        scored = []
-        for pos in reversed(self.positions[text[-1]][:-1]):
-            match = 1
-            while match < KEY_MAX and pos - match >= 0 and text[pos - match] == text[last - match]:
-                match += 1
-            scored.append((match, pos))
-            if len(scored) >= 64:
-                break
-        scored.sort(key=lambda mp: -mp[0])  # stable: most recent first among equal matches
+        candidates = [(d, NGRAM) for m, d in self._text_matches(length, slot=False) if m >= min_match]
+        candidates += [(d, NGRAM) for m, d in self._text_matches(length, slot=True) if m >= max(2, min_match)]
+        candidates += [(gram[1 : 1 + length], JACOBI) for gram in reversed(self.jacobi.get(self.tokens[-1], {}))]
         found: dict[tuple[int, ...], str] = {}
-        for match, pos in scored:
-            draft = tuple(text[pos + 1 : pos + 1 + length])
-            if draft and match >= min_match:
-                found.setdefault(draft, NGRAM)
+        for draft, source in candidates:
+            if draft:
+                found.setdefault(draft, source)
             if len(found) >= n:
                 break
-        for gram in reversed(self.jacobi.get(text[-1], {})):
-            if len(found) >= n:
-                break
-            found.setdefault(gram[1 : 1 + length], JACOBI)
-        return list(found.items())[:n]
+        return list(found.items())
 
 
 def chain_mask(past: int, chains: list[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:

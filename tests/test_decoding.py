@@ -96,8 +96,13 @@ def test_pool_drafts_what_followed_the_longest_recent_match():
     assert drafts[0] == ((9, 8, 2), NGRAM), "1 2 3 matched three tokens: its continuation comes first"
     assert ((4, 7, 1), NGRAM) in drafts, "the 2 3 match follows"
     assert pool.drafts(3, 3, min_match=3) == [((9, 8, 2), NGRAM)]
-    pool.extend([6])
-    assert pool.drafts(2, 2) == [], "a token never seen before has no continuation"
+    assert NGramPool([1, 2, 3]).drafts(2, 2) == [], "nothing repeats yet"
+
+
+def test_pool_drafts_across_a_changed_slot_in_a_repeated_template():
+    pool = NGramPool([5, 1, 2, 3, 9, 8, 2, 3, 4, 7, 1, 2, 3, 6])  # "1 2 3 <slot>" seen before with 9
+    assert pool.drafts(2, 2) == [((8, 2), NGRAM), ((7, 1), NGRAM)], "what followed the slot, longest context first"
+    assert pool.drafts(2, 2, min_match=3) == [((8, 2), NGRAM)]
 
 
 def test_pool_offers_jacobi_ngrams_after_text_matches():

