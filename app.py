@@ -69,6 +69,10 @@ def branch_label(branch: dict) -> str:
     return f"{visible(branch['text'])}  ·  {100 * branch['prob']:.0f}%"
 
 
+def remember(history: list[str], text: str) -> list[str]:
+    return history if history and history[-1] == text else (history + [text])[-UNDO_LEVELS:]
+
+
 def suggest(text: str, n_branches: int, depth: int, history: list[str], request: gr.Request):
     """Recompute everything for `text`: branches, plot, status. Records `text` in the undo history."""
     history = remember(history, text)
@@ -81,10 +85,8 @@ def suggest(text: str, n_branches: int, depth: int, history: list[str], request:
     except ValueError as error:
         raise gr.Error(str(error)) from None
     ms = 1000 * (time.perf_counter() - start)
-    buttons = [
-        gr.update(value=branch_label(b), visible=True) if i < len(result["branches"]) else gr.update(visible=False)
-        for i, b in enumerate(result["branches"] + [None] * (MAX_BUTTONS - len(result["branches"])))
-    ]
+    buttons = [gr.update(value=branch_label(b), visible=True) for b in result["branches"]]
+    buttons += [gr.update(visible=False)] * (MAX_BUTTONS - len(buttons))
     status = (
         f"**{result['model']}** on {result['device']} · {result['context_tokens']} context tokens · "
         f"{result['reused_tokens']} reused · {ms:.0f} ms"
@@ -112,14 +114,12 @@ def undo(history: list[str]) -> tuple[str, list[str]]:
     return history[-1], history
 
 
-def remember(history: list[str], text: str) -> list[str]:
-    return history if history and history[-1] == text else (history + [text])[-UNDO_LEVELS:]
-
-
 def continue_text(text: str, n_tokens: int, lossless: bool, history: list[str]):
     """Stream a greedy continuation into the text, then show which tokens came from accepted drafts."""
     if not text:
         raise gr.Error("Type something to continue.")
+    if n_tokens is None:
+        raise gr.Error("Say how many tokens to continue by.")
     history = remember(history, text)
     result = None
     try:

@@ -6,7 +6,9 @@ The tensor-level pieces live in the `lookahead` package:
   lookahead/models.py        which model, loaded how (embedded offline default)
   lookahead/branches.py      top-k branches over one shared KV cache (tree attention)
   lookahead/prefix_cache.py  per-session KV caches, so edits only recompute what changed
+  lookahead/kv_cache.py      a KV cache that grows without copying itself every forward
   lookahead/healing.py       text ending in whitespace
+  lookahead/decoding.py      greedy and lossless lookahead decoding for `generate`
 """
 
 from __future__ import annotations
@@ -28,12 +30,13 @@ from lookahead.prefix_cache import PrefixCacheStore
 
 __all__ = [
     "MAX_BRANCHES",
+    "MAX_DEPTH",
     "MAX_NEW_TOKENS",
+    "MAX_TEXT_CHARS",
+    "MAX_TOP_K",
     "default_model_name",
     "generate",
     "generate_stream",
-    "MAX_DEPTH",
-    "MAX_TOP_K",
     "get_lookahead_sequences",
     "load_model",
     "lookahead",
@@ -45,6 +48,7 @@ MAX_BRANCHES = 20
 MAX_DEPTH = 16
 MAX_TOP_K = 200
 MAX_NEW_TOKENS = 1024
+MAX_TEXT_CHARS = 1_000_000  # far past any model's context; keeps tokenizing a pasted book bounded
 GENERATION_METHODS = {"greedy": greedy_passes, "lookahead": lookahead_passes}
 
 prefix_caches = PrefixCacheStore()
@@ -67,6 +71,8 @@ def _check_text(text: object) -> str:
         raise ValueError(f"text must be a string, got {type(text).__name__}")
     if not text:
         raise ValueError("text is empty: type something to see what could come next")
+    if len(text) > MAX_TEXT_CHARS:
+        raise ValueError(f"text is too long: {len(text):,} characters, the limit is {MAX_TEXT_CHARS:,}")
     return text
 
 

@@ -123,6 +123,7 @@ def test_text_longer_than_the_context_keeps_the_most_recent_tokens(tiny_model_di
     [
         ({"text": ""}, "empty"),
         ({"text": None}, "string"),
+        ({"text": "x" * (cli.MAX_TEXT_CHARS + 1)}, "too long"),
         ({"text": "x", "n_branches": 0}, "n_branches"),
         ({"text": "x", "n_branches": cli.MAX_BRANCHES + 1}, "n_branches"),
         ({"text": "x", "n_branches": 2.5}, "integer"),
