@@ -97,3 +97,10 @@ def test_clear_and_errors_leave_the_page_usable(page):
     expect(page.locator("#branch-0")).to_be_hidden()
     type_text(page, "Back to writing")
     expect_suggestions_for(page, "Back to writing")
+
+
+def test_ctrl_enter_refreshes(page):
+    box = page.locator("#text textarea")
+    box.fill("Set without an input event")  # fill() changes the value without firing Gradio's input
+    box.press("Control+Enter")
+    expect_suggestions_for(page, "Set without an input event")
