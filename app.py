@@ -135,7 +135,7 @@ def continue_text(text: str, n_tokens: int, lossless: bool, history: list[str]):
         f"speed-up in passes over one token at a time) · {result['seconds']:.2f} s, "
         f"{n / result['seconds']:.1f} tokens/s"
     )
-    yield text + result["text"], pieces, summary, history
+    yield text + result["text"], gr.update(value=pieces, visible=True), summary, history
 
 
 def session_key(request: gr.Request | None) -> str:
@@ -199,7 +199,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 continue_button = gr.Button("Continue", elem_id="continue", variant="primary", scale=0, min_width=140)
             continuation = gr.HighlightedText(
                 label="Last continuation: where each token came from", color_map=SOURCE_COLORS,
-                combine_adjacent=False, show_legend=True, elem_id="continuation",
+                combine_adjacent=False, show_legend=True, elem_id="continuation", visible=False,
             )
             continuation_status = gr.Markdown(elem_id="continuation-status")
         with gr.Column(scale=2):
