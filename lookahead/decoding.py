@@ -189,7 +189,8 @@ def lookahead_passes(
     device = model.device
     cache = GrowableCache()
     # The prompt's pass gives the first token, exactly as in the greedy loop.
-    first = int(model(torch.tensor([input_ids], device=device), past_key_values=cache, logits_to_keep=1).logits[0, -1].argmax())
+    logits = model(torch.tensor([input_ids], device=device), past_key_values=cache, logits_to_keep=1).logits
+    first = int(logits[0, -1].argmax())
     yield Pass([first], [STEP])
     if first in eos:
         return
@@ -212,26 +213,24 @@ def lookahead_passes(
             torch.tensor([feed], device=device),
             past_key_values=cache,
             attention_mask=chain_mask(past, lengths, model.dtype, device),
-            position_ids=torch.tensor(
-                [[past] + [past + 1 + j for n in lengths for j in range(n)]], device=device
-            ),
+            position_ids=torch.tensor([[past] + [past + 1 + j for n in lengths for j in range(n)]], device=device),
         )
         choice = out.logits[0].argmax(-1).tolist()  # greedy token after each fed token
-        best, best_chain, best_start = 0, None, 0
-        start = 1
-        accepted_by_source: dict[str, int] = {}
-        for (chain, source), n in zip(chains, lengths):
+        # Verify: a chain's token is accepted while it equals the greedy choice after the one before.
+        accepted = []  # per chain
+        start = 1  # index in `feed` of the chain's first token
+        for (chain, _), n in zip(chains, lengths):
             a, prev = 0, 0  # prev: index in `feed` of the token the next guess must follow
             while a < n and chain[a] == choice[prev]:
-                prev = start + a
-                a += 1
-            accepted_by_source[source] = max(a, accepted_by_source.get(source, 0))
-            if a > best:
-                best, best_chain, best_start = a, chain, start
+                prev, a = start + a, a + 1
+            accepted.append((a, start))
             start += n
-        kept = list(range(best_start, best_start + best))
-        tokens = (best_chain[:best] if best_chain else []) + [choice[kept[-1] if kept else 0]]
-        sources = [next(s for c, s in chains if c is best_chain)] * best + [STEP] if best_chain else [STEP]
+        n_best, best_start, best_source = max(
+            ((a, s, source) for (a, s), (_, source) in zip(accepted, chains)), key=lambda t: t[0], default=(0, 0, STEP)
+        )
+        kept = list(range(best_start, best_start + n_best))  # indices in `feed` of the accepted guesses
+        tokens = [feed[i] for i in kept] + [choice[kept[-1] if kept else 0]]
+        sources = [best_source] * n_best + [STEP]
         # The window's outputs are its next guesses (shifted past what was accepted), and
         # each of its inputs with the outputs after it is an n-gram for the pool.
         if window:
@@ -239,9 +238,9 @@ def lookahead_passes(
             for j, guess in enumerate([x] + window):
                 if len(outputs) - j >= 2:
                     pool.add_jacobi((guess, *outputs[j:]))
-            state.window = outputs[best + 1 :]
-        state.update(accepted_by_source.get(JACOBI) if window else None,
-                     accepted_by_source.get(NGRAM) if any(s == NGRAM for _, s in drafts) else None)
+            state.window = outputs[n_best + 1 :]
+        ngram_accepted = [a for (a, _), (_, source) in zip(accepted, chains) if source == NGRAM]
+        state.update(accepted[0][0] if window else None, max(ngram_accepted) if ngram_accepted else None)
         cache.keep(past + 1, [past + i for i in kept])
         for i, token in enumerate(tokens):
             if token in eos or produced + i + 1 >= max_new_tokens:
