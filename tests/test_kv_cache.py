@@ -3,7 +3,6 @@
 import torch
 from transformers import DynamicCache
 
-import custom_llm_inference as cli
 from lookahead.kv_cache import GrowableCache
 
 
