@@ -10,10 +10,10 @@ pass verifies every chain: a chain's tokens are accepted while each equals the g
 choice after the one before it. The longest accepted chain, plus the model's next
 token after it, is appended, and the cache keeps only those tokens.
 
-On this CPU a pass over 2 to 17 tokens costs ~1.7 passes over one, so guessing is only
-worth it when guesses are accepted. W, D and G therefore follow the acceptance seen so
-far: sources that are not accepted shrink to nothing and the loop falls back to plain
-one-token steps, re-probing the window now and then.
+Pass width follows what pays on this CPU (with `cpu_linear.SkinnyLinear`): a pass over
+x and 3 guesses costs about one single-token pass, one over 16 tokens ~1.6. So every pass
+guesses NARROW tokens (the better-accepted source first), and a pass goes WIDE only
+after the previous one accepted NARROW or more, i.e. while long drafts keep matching.
 """
 
 from __future__ import annotations
@@ -28,15 +28,16 @@ from transformers import PreTrainedModel
 from lookahead.kv_cache import GrowableCache
 
 # Named constants, as in llama.cpp's lookahead example.
+NARROW = 3  # guesses per ordinary pass: on this CPU 4 fed tokens cost ~1.1 passes over one
+WIDE = 15  # guesses per wide pass, after a pass accepted NARROW or more: 16 fed tokens cost ~1.6
 W_MAX = 4  # Jacobi window: most guesses fed per pass
 D_MAX = 8  # longest n-gram draft
-G_MAX = 3  # most n-gram drafts per pass
-BUDGET = 16  # most guessed tokens per pass: on this CPU 2 to 17 fed tokens cost the same, 33 cost 1.5× that
+G_MAX = 3  # most n-gram drafts per wide pass
 KEY_MAX = 3  # longest suffix of the output looked up in the n-gram pool
-PROBE_EVERY = 8  # passes before re-probing a window that was switched off (doubling after each failure)
 EMA = 0.7  # weight of the past in the acceptance averages
 
 STEP, JACOBI, NGRAM = "step", "jacobi", "ngram"
+WINDOW = "window"  # the live Jacobi window, whose outputs become its next guesses
 
 
 class NGramPool:
@@ -85,14 +86,13 @@ class NGramPool:
                 break
         return sorted(found, key=lambda m: -m[0])  # stable: most recent first among equal matches
 
-    def drafts(self, n: int, length: int, min_match: int = 1) -> list[tuple[tuple[int, ...], str]]:
+    def drafts(self, n: int, length: int) -> list[tuple[tuple[int, ...], str]]:
         """Up to n distinct (draft, source) continuations of the current text, best first.
 
-        Exact matches must cover at least `min_match` tokens, slot matches at least 2;
-        Jacobi n-grams fill the rest.
+        Exact matches first, then slot matches of at least 2 tokens, then Jacobi n-grams.
         """
-        candidates = [(d, NGRAM) for m, d in self._text_matches(length, slot=False) if m >= min_match]
-        candidates += [(d, NGRAM) for m, d in self._text_matches(length, slot=True) if m >= max(2, min_match)]
+        candidates = [(d, NGRAM) for _, d in self._text_matches(length, slot=False)]
+        candidates += [(d, NGRAM) for m, d in self._text_matches(length, slot=True) if m >= 2]
         candidates += [(gram[1 : 1 + length], JACOBI) for gram in reversed(self.jacobi.get(self.tokens[-1], {}))]
         found: dict[tuple[int, ...], str] = {}
         for draft, source in candidates:
@@ -129,43 +129,42 @@ class Pass:
 
 
 @dataclass
-class _Adaptive:
-    """Running acceptance per source (tokens accepted per pass, EMA), which sizes the next pass.
+class _Planner:
+    """Chooses each pass's guesses from the acceptance seen so far.
 
-    On this CPU a pass over 2 tokens already costs ~1.7 single-token passes (the matmuls
-    leave the matrix-vector path), and so does a pass over 17: so a pass either guesses
-    nothing, or guesses generously (up to BUDGET tokens), and only when about one
-    accepted token is expected.
+    On this CPU (with SkinnyLinear) a pass over x plus NARROW guesses costs about one
+    single-token pass, so every pass guesses at least that much; a wide pass of WIDE
+    guesses costs ~1.6 of them, so it is only taken after a pass accepted NARROW or more.
+    The source (Jacobi window or n-gram drafts) accepted more lately goes first.
     """
 
-    window_gain: float = 0.4
-    ngram_gain: float = 0.6
-    probe_interval: int = PROBE_EVERY
-    passes_since_probe: int = 0
-    window: list[int] = field(default_factory=list)
+    window_gain: float = 0.5  # tokens accepted per pass from each source (EMA)
+    ngram_gain: float = 0.5
+    last_accepted: int = 0
+    window: list[int] = field(default_factory=list)  # the window's guesses for the next pass
 
-    def draft_shape(self) -> tuple[int, int, int]:
-        """(how many n-gram drafts, how long, shortest text match to trust) for the next pass."""
-        min_match = 1 if self.ngram_gain >= 0.5 else 2 if self.ngram_gain >= 0.25 else KEY_MAX
-        return (G_MAX if self.ngram_gain >= 2 else 2), min(D_MAX, 3 + round(2 * self.ngram_gain)), min_match
+    def plan(self, pool: NGramPool, x: int) -> tuple[list[tuple[list[int], str]], int | None]:
+        """(guessed tokens, source) chains for the next pass, each continuing x, and which one is the window."""
+        wide = self.last_accepted >= NARROW
+        room = WIDE if wide else NARROW
+        window = (self.window + [x] * W_MAX)[: min(W_MAX, room)]
+        candidates = [(list(draft), source) for draft, source in pool.drafts(G_MAX if wide else 2, D_MAX)]
+        window_first = self.window_gain > self.ngram_gain
+        candidates.insert(0 if window_first else len(candidates), (window, WINDOW))
+        chains = []
+        for guess, source in candidates:
+            if room > 0:
+                chains.append((guess[:room], source))
+                room -= len(chains[-1][0])
+        window_index = next((i for i, (_, source) in enumerate(chains) if source == WINDOW), None)
+        return [(guess, JACOBI if source == WINDOW else source) for guess, source in chains], window_index
 
-    def window_size(self, drafting: bool) -> int:
-        """The Jacobi window rides along when a pass is wide anyway; alone only when it pays for the pass."""
-        if self.window_gain >= (0.3 if drafting else 1.0):
-            self.probe_interval = PROBE_EVERY
-            return min(W_MAX, 1 + round(2 * self.window_gain))
-        self.passes_since_probe += 1
-        if self.passes_since_probe < self.probe_interval:
-            return 0
-        self.passes_since_probe = 0
-        self.probe_interval *= 2  # each failed probe waits twice as long for the next
-        return W_MAX
-
-    def update(self, window_accepted: int | None, ngram_accepted: int | None) -> None:
+    def update(self, window_accepted: int | None, ngram_accepted: int | None, accepted: int) -> None:
         if window_accepted is not None:
             self.window_gain = EMA * self.window_gain + (1 - EMA) * window_accepted
         if ngram_accepted is not None:
             self.ngram_gain = EMA * self.ngram_gain + (1 - EMA) * ngram_accepted
+        self.last_accepted = accepted
 
 
 @torch.inference_mode()
@@ -195,20 +194,15 @@ def lookahead_passes(
     if first in eos:
         return
     pool = NGramPool(input_ids + [first])
-    state = _Adaptive()
+    state = _Planner()
     x = first  # the last token, not yet in the cache
     produced = 1
     while produced < max_new_tokens:
         past = cache.get_seq_length()
-        drafts, room = [], BUDGET
-        for draft, source in pool.drafts(*state.draft_shape()):
-            if room > 0:
-                drafts.append((list(draft[:room]), source))
-                room -= len(drafts[-1][0])
-        window = (state.window + [x] * W_MAX)[: min(room, state.window_size(drafting=bool(drafts)))]
-        chains = ([(window, JACOBI)] if window else []) + drafts
+        chains, w = state.plan(pool, x)
         feed = [x] + [t for chain, _ in chains for t in chain]
         lengths = [len(chain) for chain, _ in chains]
+        starts = [1 + sum(lengths[:i]) for i in range(len(chains))]  # index in `feed` of each chain's first token
         out = model(
             torch.tensor([feed], device=device),
             past_key_values=cache,
@@ -218,29 +212,26 @@ def lookahead_passes(
         choice = out.logits[0].argmax(-1).tolist()  # greedy token after each fed token
         # Verify: a chain's token is accepted while it equals the greedy choice after the one before.
         accepted = []  # per chain
-        start = 1  # index in `feed` of the chain's first token
-        for (chain, _), n in zip(chains, lengths):
+        for (chain, _), n, start in zip(chains, lengths, starts):
             a, prev = 0, 0  # prev: index in `feed` of the token the next guess must follow
             while a < n and chain[a] == choice[prev]:
                 prev, a = start + a, a + 1
-            accepted.append((a, start))
-            start += n
-        n_best, best_start, best_source = max(
-            ((a, s, source) for (a, s), (_, source) in zip(accepted, chains)), key=lambda t: t[0], default=(0, 0, STEP)
-        )
-        kept = list(range(best_start, best_start + n_best))  # indices in `feed` of the accepted guesses
+            accepted.append(a)
+        n_best, best = max(((a, i) for i, a in enumerate(accepted)), default=(0, None))
+        kept = list(range(starts[best], starts[best] + n_best)) if n_best else []  # indices in `feed`
         tokens = [feed[i] for i in kept] + [choice[kept[-1] if kept else 0]]
-        sources = [best_source] * n_best + [STEP]
+        sources = [chains[best][1]] * n_best + [STEP]
         # The window's outputs are its next guesses (shifted past what was accepted), and
         # each of its inputs with the outputs after it is an n-gram for the pool.
-        if window:
-            outputs = choice[: 1 + len(window)]
+        if w is not None:
+            window = chains[w][0]
+            outputs = [choice[0]] + choice[starts[w] : starts[w] + len(window)]
             for j, guess in enumerate([x] + window):
                 if len(outputs) - j >= 2:
                     pool.add_jacobi((guess, *outputs[j:]))
             state.window = outputs[n_best + 1 :]
-        ngram_accepted = [a for (a, _), (_, source) in zip(accepted, chains) if source == NGRAM]
-        state.update(accepted[0][0] if window else None, max(ngram_accepted) if ngram_accepted else None)
+        ngram_accepted = [a for a, (_, source) in zip(accepted, chains) if source == NGRAM]
+        state.update(accepted[w] if w is not None else None, max(ngram_accepted, default=None), n_best)
         cache.keep(past + 1, [past + i for i in kept])
         for i, token in enumerate(tokens):
             if token in eos or produced + i + 1 >= max_new_tokens:

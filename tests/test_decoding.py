@@ -5,8 +5,19 @@ import textwrap
 
 import pytest
 import torch
+
 import custom_llm_inference as cli
-from lookahead.decoding import JACOBI, NGRAM, STEP, NGramPool, chain_mask
+from lookahead.cpu_linear import SkinnyLinear, use_skinny_linears
+from lookahead.decoding import (
+    JACOBI,
+    NARROW,
+    NGRAM,
+    STEP,
+    WIDE,
+    NGramPool,
+    _Planner,
+    chain_mask,
+)
 
 PROMPTS = {
     "code": textwrap.dedent(inspect.getsource(textwrap.indent)),
@@ -95,14 +106,12 @@ def test_pool_drafts_what_followed_the_longest_recent_match():
     drafts = pool.drafts(3, 3)
     assert drafts[0] == ((9, 8, 2), NGRAM), "1 2 3 matched three tokens: its continuation comes first"
     assert ((4, 7, 1), NGRAM) in drafts, "the 2 3 match follows"
-    assert pool.drafts(3, 3, min_match=3) == [((9, 8, 2), NGRAM)]
     assert NGramPool([1, 2, 3]).drafts(2, 2) == [], "nothing repeats yet"
 
 
 def test_pool_drafts_across_a_changed_slot_in_a_repeated_template():
     pool = NGramPool([5, 1, 2, 3, 9, 8, 2, 3, 4, 7, 1, 2, 3, 6])  # "1 2 3 <slot>" seen before with 9
     assert pool.drafts(2, 2) == [((8, 2), NGRAM), ((7, 1), NGRAM)], "what followed the slot, longest context first"
-    assert pool.drafts(2, 2, min_match=3) == [((8, 2), NGRAM)]
 
 
 def test_pool_offers_jacobi_ngrams_after_text_matches():
@@ -123,3 +132,28 @@ def test_chain_mask_lets_each_chain_see_the_cache_x_and_its_own_past():
         [1, 1, 1, 1, 1, 0],  # chain 1, token 2
         [1, 1, 1, 0, 0, 1],  # chain 2, token 1
     ]
+
+
+def test_planner_guesses_narrow_until_a_pass_accepts_that_many_then_wide():
+    pool = NGramPool([7, 1, 2, 3, 4, 5, 6, 8, 9, 7])  # "7" was followed by 1 2 3 ...
+    planner = _Planner()
+    chains, _ = planner.plan(pool, x=7)
+    assert sum(len(c) for c, _ in chains) == NARROW
+    planner.update(window_accepted=0, ngram_accepted=NARROW, accepted=NARROW)
+    chains, w = planner.plan(pool, x=7)
+    assert chains[0] == ([1, 2, 3, 4, 5, 6, 8, 9], NGRAM), "the draft that matched goes first, at full length"
+    assert NARROW < sum(len(c) for c, _ in chains) <= WIDE
+    assert w is not None and chains[w][1] == JACOBI, "the window rides along in the room left"
+    planner.update(window_accepted=0, ngram_accepted=0, accepted=0)
+    assert sum(len(c) for c, _ in planner.plan(pool, x=7)[0]) == NARROW, "nothing accepted: narrow again"
+
+
+def test_skinny_linear_matches_nn_linear_for_any_number_of_rows():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 8, bias=False))
+    inputs = [torch.randn(shape) for shape in [(1, 1, 64), (1, 5, 64), (2, 3, 64), (7, 64)]]
+    expected = [model(x) for x in inputs]
+    use_skinny_linears(model)
+    assert isinstance(model[0], SkinnyLinear) and isinstance(model[2], SkinnyLinear)
+    for x, want in zip(inputs, expected):
+        torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-6)
