@@ -8,6 +8,7 @@ The tensor-level pieces live in the `lookahead` package:
   lookahead/prefix_cache.py  per-session KV caches, so edits only recompute what changed
   lookahead/kv_cache.py      a KV cache that grows without copying itself every forward
   lookahead/healing.py       text ending in whitespace
+  lookahead/sampling.py      p_base -> p_final with transformers' logits processors; presets
   lookahead/decoding.py      greedy and lossless lookahead decoding for `generate`
 """
 
@@ -18,6 +19,7 @@ import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisati
 import os
 import time
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -27,6 +29,7 @@ from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.healing import allowed_first_tokens, split_for_healing
 from lookahead.models import default_model_name, load_model
 from lookahead.prefix_cache import PrefixCacheStore
+from lookahead.sampling import BRANCH_MODES, PLAIN, PRESETS, Sampling, ranked
 
 __all__ = [
     "MAX_BRANCHES",
@@ -34,6 +37,7 @@ __all__ = [
     "MAX_NEW_TOKENS",
     "MAX_TEXT_CHARS",
     "MAX_TOP_K",
+    "PRESETS",
     "default_model_name",
     "generate",
     "generate_stream",
@@ -76,25 +80,44 @@ def _check_text(text: object) -> str:
     return text
 
 
-def _distribution(
-    logits: torch.Tensor, allowed: torch.Tensor | None, k: int, tokenizer: PreTrainedTokenizerBase
-) -> list[dict]:
-    """The k most likely next tokens; with healing, renormalised over the allowed tokens."""
-    if allowed is not None:
-        logits = logits.masked_fill(~allowed, float("-inf"))
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
-    top = logprobs.topk(min(k, int(torch.isfinite(logprobs).sum())))
-    ids = top.indices.tolist()
-    texts = tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False)
+def _distribution(run: _Run, sampling: Sampling, k: int, ids: list[int] | None = None) -> list[dict]:
+    """Entries for the k next tokens ranked by p_final, then p_base (or for the given `ids`).
+
+    With healing, probabilities are over the allowed tokens only.
+    """
+    logits = run.result.next_token_logits.float()
+    if run.allowed is not None:
+        logits = logits.masked_fill(~run.allowed, float("-inf"))
+    final = sampling.final_scores(run.context, logits[None])[0]
+    ids = ranked(logits, final, k).tolist() if ids is None else ids
+    logprobs = torch.log_softmax(logits, dim=-1)[ids]
+    p_final = torch.softmax(final, dim=-1)[ids]
+    texts = run.tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False)
     return [
-        {"token_id": i, "token": t, "prob": float(lp.exp()), "logprob": float(lp)}
-        for i, t, lp in zip(ids, texts, top.values)
+        {"token_id": i, "token": t, "prob": float(lp.exp()), "logprob": float(lp), "p_final": float(pf), "kept": bool(pf > 0)}
+        for i, t, lp, pf in zip(ids, texts, logprobs, p_final)
     ]
 
 
+class _Run(NamedTuple):
+    result: Lookahead
+    info: dict  # what the caller is told about the context
+    allowed: torch.Tensor | None  # healing's mask over the first token
+    healed: str  # the whitespace backed up by healing
+    tokenizer: PreTrainedTokenizerBase
+    context: torch.Tensor  # (1, T) the token ids scored
+
+
 def _run(
-    text: str, n_branches: int, depth: int, session: str, model_name: str | None
-) -> tuple[Lookahead, dict, torch.Tensor | None, str, PreTrainedTokenizerBase]:
+    text: str,
+    n_branches: int,
+    depth: int,
+    session: str,
+    model_name: str | None,
+    sampling: Sampling = PLAIN,
+    branch_mode: str = "greedy",
+    seed: int = 0,
+) -> _Run:
     """Tokenize (healing trailing whitespace), reuse the session's cache, and compute the branches."""
     model, tokenizer = load_model(model_name)
     prefix, healed = split_for_healing(text, tokenizer)
@@ -107,8 +130,10 @@ def _run(
     allowed = None
     if healed:
         allowed = allowed_first_tokens(tokenizer, healed, model.config.get_text_config().vocab_size, model.device)
+    context = torch.tensor([ids], device=model.device)
+    generator = torch.Generator(device=model.device).manual_seed(seed)
     result = get_lookahead_sequences(
-        model, torch.tensor([ids], device=model.device), n_branches, depth, cache, allowed
+        model, context, n_branches, depth, cache, allowed, sampling, branch_mode, generator
     )
     continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
     prefix_caches.put(key, ids, result.cache, continuations)
@@ -126,27 +151,43 @@ def _run(
             else ""
         ),
     }
-    return result, info, allowed, healed, tokenizer
+    return _Run(result, info, allowed, healed, tokenizer, context)
 
 
 def _context_limit(model: PreTrainedModel) -> int:
     return int(model.config.get_text_config().max_position_embeddings)
 
 
+def _sampling(temperature: float, top_k: int, top_p: float, repetition_penalty: float) -> Sampling:
+    if not isinstance(top_k, bool) and isinstance(top_k, (int, float)) and top_k > MAX_TOP_K:
+        raise ValueError(f"top_k must be at most {MAX_TOP_K} (0 turns it off), got {top_k}")
+    return Sampling(temperature, top_k, top_p, repetition_penalty)
+
+
 @spaces.GPU(duration=30)
 def next_token_distribution(
-    text: str, k: int = 10, *, session: str = "default", model_name: str | None = None
+    text: str,
+    k: int = 10,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    repetition_penalty: float = 1.0,
+    *,
+    session: str = "default",
+    model_name: str | None = None,
 ) -> list[dict]:
-    """The k most likely next tokens after `text`, most likely first.
+    """The k next tokens after `text`, ranked by p_final, then p_base.
 
-    Each entry: {"token_id", "token", "prob" (plain softmax), "logprob"}. Text ending in
-    whitespace is token-healed (see lookahead/healing.py): the whitespace is backed up
-    and only tokens starting with it are allowed, renormalised.
+    Each entry: {"token_id", "token", "prob" (p_base: the plain softmax), "logprob",
+    "p_final" (after transformers' processors for the sampling settings; 0 where a
+    filter cut the token), "kept"}. `k` is how many entries come back; `top_k` is the
+    filter (0 = off). Text ending in whitespace is token-healed (lookahead/healing.py):
+    the whitespace is backed up and only tokens starting with it are allowed, renormalised.
     """
     text = _check_text(text)
     k = _check_int("k", k, 1, MAX_TOP_K)
-    result, _, allowed, _, tokenizer = _run(text, 1, 1, session, model_name)
-    return _distribution(result.next_token_logits, allowed, k, tokenizer)
+    sampling = _sampling(temperature, top_k, top_p, repetition_penalty)
+    return _distribution(_run(text, 1, 1, session, model_name), sampling, k)
 
 
 @spaces.GPU(duration=60)
@@ -154,30 +195,50 @@ def lookahead(
     text: str,
     n_branches: int = 5,
     depth: int = 3,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    repetition_penalty: float = 1.0,
+    branch_mode: str = "greedy",
+    seed: int = 0,
     *,
     session: str = "default",
     model_name: str | None = None,
 ) -> dict:
-    """The `n_branches` most likely next tokens after `text`, each continued greedily to `depth` tokens.
+    """The `n_branches` best next tokens after `text` (by p_final), each continued to `depth` tokens.
 
-    Returns {"model", "device", "context_tokens", "reused_tokens", "truncated_tokens",
-    "healed_whitespace", "notice", "distribution": [...], "branches": [{"token_ids",
-    "text", "prob"}]}. A branch's "text" is exactly what to append to `text` (with
-    healing, the backed-up whitespace is already part of `text`). `session` keys the
-    KV cache that later calls of the same writer reuse.
+    Branches continue greedily (`branch_mode="greedy"`: the best token by p_final) or by
+    sampling from p_final (`"sample"`, reproducible with `seed`). Returns {"model",
+    "device", "context_tokens", "reused_tokens", "truncated_tokens", "healed_whitespace",
+    "notice", "sampling", "branch_mode", "seed", "distribution": [...] (as from
+    next_token_distribution), "branches": [{"token_ids", "text", "prob", "p_final"}]}.
+    A branch's "text" is exactly what to append to `text` (with healing, the backed-up
+    whitespace is already part of `text`). `session` keys the KV cache that later calls
+    of the same writer reuse.
     """
     text = _check_text(text)
     n_branches = _check_int("n_branches", n_branches, 1, MAX_BRANCHES)
     depth = _check_int("depth", depth, 1, MAX_DEPTH)
-    result, info, allowed, healed, tokenizer = _run(text, n_branches, depth, session, model_name)
-    distribution = _distribution(result.next_token_logits, allowed, max(10, n_branches), tokenizer)
-    prob_of = {d["token_id"]: d["prob"] for d in distribution}
-    sequences = result.sequences.tolist()
-    texts = tokenizer.batch_decode(sequences, clean_up_tokenization_spaces=False)
+    sampling = _sampling(temperature, top_k, top_p, repetition_penalty)
+    if branch_mode not in BRANCH_MODES:
+        raise ValueError(f"branch_mode must be one of {list(BRANCH_MODES)}, got {branch_mode!r}")
+    seed = _check_int("seed", seed, 0, 2**63 - 1)
+    run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed)
+    sequences = run.result.sequences.tolist()
+    texts = run.tokenizer.batch_decode(sequences, clean_up_tokenization_spaces=False)
+    firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])
     branches = [
-        {"token_ids": seq, "text": t[len(healed) :], "prob": prob_of[seq[0]]} for seq, t in zip(sequences, texts)
+        {"token_ids": seq, "text": t[len(run.healed) :], "prob": first["prob"], "p_final": first["p_final"]}
+        for seq, t, first in zip(sequences, texts, firsts)
     ]
-    return {**info, "distribution": distribution, "branches": branches}
+    return {
+        **run.info,
+        "sampling": sampling.as_dict(),
+        "branch_mode": branch_mode,
+        "seed": seed,
+        "distribution": _distribution(run, sampling, max(10, n_branches)),
+        "branches": branches,
+    }
 
 
 def _eos_ids(model: PreTrainedModel) -> set[int]:

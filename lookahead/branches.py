@@ -1,4 +1,4 @@
-"""Tensor-level lookahead: top-k next tokens, each continued greedily, over one shared KV cache.
+"""Tensor-level lookahead: top-k next tokens, each continued a few tokens, over one shared KV cache.
 
 The k branches are laid out after the prompt as one sequence and kept apart by a
 tree-attention mask, so the prompt's KV cache is never copied (the seed repeated it
@@ -17,6 +17,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from lookahead.kv_cache import GrowableCache
+from lookahead.sampling import PLAIN, Sampling, choose, ranked
 
 
 class Lookahead(NamedTuple):
@@ -60,12 +61,17 @@ def get_lookahead_sequences(
     depth: int = 3,
     cache: DynamicCache | None = None,
     allowed_first_tokens: torch.Tensor | None = None,
+    sampling: Sampling = PLAIN,
+    branch_mode: str = "greedy",
+    generator: torch.Generator | None = None,
 ) -> Lookahead:
-    """Top `n_branch_tokens` next tokens after `input_ids` (1, T), each continued greedily to `depth` tokens.
+    """Top `n_branch_tokens` next tokens after `input_ids` (1, T), each continued to `depth` tokens.
 
     `cache` may hold the KV of any proper prefix of `input_ids` (it is extended in place
     and comes back holding exactly `input_ids`). `allowed_first_tokens` (bool, vocab)
-    restricts the first token, for token healing.
+    restricts the first token, for token healing. First tokens are ranked by p_final
+    under `sampling`; later ones are chosen by `branch_mode` (greedy or sampled from
+    p_final with `generator`), see lookahead/sampling.py.
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"expected input_ids of shape (1, T), got {tuple(input_ids.shape)}")
@@ -73,8 +79,9 @@ def get_lookahead_sequences(
     prompt_len = input_ids.shape[1]
     logits = extend_cache(model, input_ids, cache)
     first = logits if allowed_first_tokens is None else logits.masked_fill(~allowed_first_tokens, float("-inf"))
-    k = min(n_branch_tokens, int(torch.isfinite(first).sum()))
-    tokens = first.topk(k).indices
+    first = first.float()  # rank exactly as the distribution shown does (same ties)
+    tokens = ranked(first, sampling.final_scores(input_ids, first[None])[0], n_branch_tokens)
+    k = len(tokens)
     sequences = [tokens]
     step_logits = []
     for step in range(1, depth):
@@ -82,7 +89,8 @@ def get_lookahead_sequences(
         positions = torch.full((1, k), prompt_len + step - 1, device=input_ids.device)
         out = model(tokens[None], past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True)
         step_logits.append(out.logits[0])
-        tokens = out.logits[0].argmax(dim=-1)
+        context = torch.cat([input_ids.expand(k, -1), torch.stack(sequences, dim=1)], dim=1)
+        tokens = choose(sampling.final_scores(context, out.logits[0]), branch_mode, generator)
         sequences.append(tokens)
     branch_kv = [_branch_kv(cache, prompt_len, k, b) for b in range(k)] if depth > 1 else [[] for _ in range(k)]
     if depth > 1:
