@@ -11,13 +11,15 @@ import time
 import gradio as gr
 
 import custom_llm_inference as cli
+from history import History
 
 SOURCE_LABELS = {"jacobi": "Jacobi window", "ngram": "n-gram draft", "step": "plain step"}
 SOURCE_COLORS = {"Jacobi window": "#a78bfa", "n-gram draft": "#34d399", "plain step": "#e5e7eb"}
 MAX_BUTTONS = 10  # the n_branches slider's maximum; buttons beyond n_branches are hidden
 PLOT_TOKENS = 10
-UNDO_LEVELS = 50
+DEFAULT_TEXT = "The old lighthouse keeper climbed the stairs and"
 VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+PRESET_NAMES = [*cli.PRESETS, "custom"]
 
 KEYBOARD_JS = """
 <script>
@@ -32,16 +34,46 @@ document.addEventListener("keydown", (e) => {
 });
 </script>
 """
+# Clicks inside the plot and the tree are delegated from the component's root, so they
+# survive re-rendering; the clicked element's data attribute travels as the event's data.
+CLICK_TOKEN_JS = """element.addEventListener('click', (e) => {
+  const row = e.target.closest('[data-token-id]');
+  if (row) trigger('click', {token_id: Number(row.dataset.tokenId)});
+});"""
+SELECT_NODE_JS = """element.addEventListener('click', (e) => {
+  const row = e.target.closest('[data-node]');
+  if (row) trigger('select', {node: Number(row.dataset.node)});
+});"""
+IMPORT_JS = """element.addEventListener('change', async (e) => {
+  const file = e.target.files && e.target.files[0];
+  if (!file) return;
+  trigger('upload', {json: await file.text()});
+  e.target.value = '';
+});"""
+DOWNLOAD_JS = """(json) => {
+  const link = document.createElement('a');
+  link.href = URL.createObjectURL(new Blob([json], {type: 'application/json'}));
+  link.download = 'lookahead-history.json';
+  document.body.appendChild(link); link.click(); link.remove();
+}"""
+IMPORT_HTML = (
+    '<label style="cursor:pointer;font-size:13px;padding:4px 10px;border:1px solid var(--border-color-primary);'
+    'border-radius:6px;display:inline-block">Import JSON…'
+    '<input type="file" accept=".json,application/json" style="display:none"></label>'
+)
 
 CSS = """
 .branch-btn { font-family: ui-monospace, monospace !important; }
 #status { font-size: 13px; color: var(--body-text-color-subdued); }
 """
-# The plot is plain HTML with inline styles: gr.HTML content does not see the page's CSS classes.
+# The plot and tree are plain HTML with inline styles: gr.HTML content does not see the page's CSS classes.
 ROW_STYLE = "display:flex;align-items:center;gap:8px;margin:3px 0;font:13px ui-monospace,monospace"
 TOKEN_STYLE = "flex:0 0 9em;text-align:right;overflow:hidden;text-overflow:ellipsis;white-space:pre"
-TRACK_STYLE = "flex:1 1 auto;background:var(--neutral-100);border-radius:3px;height:16px"
-PCT_STYLE = "flex:0 0 4em;text-align:right;color:var(--body-text-color-subdued)"
+TRACK_STYLE = "flex:1 1 auto;display:flex;flex-direction:column;gap:1px"
+BAR_STYLE = "display:block;height:7px;border-radius:2px;min-width:1px"
+PCT_STYLE = "flex:0 0 8.5em;text-align:right;color:var(--body-text-color-subdued);white-space:pre"
+BASE_COLOR, FINAL_COLOR = "var(--neutral-400)", "var(--color-accent)"
+TREE_STYLE = "max-height:280px;overflow:auto;font:12px ui-monospace,monospace;line-height:1.6"
 
 
 def visible(text: str) -> str:
@@ -50,38 +82,104 @@ def visible(text: str) -> str:
 
 
 def distribution_plot(distribution: list[dict]) -> str:
-    """A bar chart of the top tokens and the remaining mass as "other", with percentages."""
+    """p_base and p_final bars for the top tokens and the rest ("other"); cut tokens greyed. Rows are clickable."""
     top = distribution[:PLOT_TOKENS]
-    rows = [(visible(d["token"]), d["prob"], "var(--color-accent)") for d in top]
-    rows.append(("other", max(0.0, 1.0 - sum(d["prob"] for d in top)), "var(--neutral-400)"))
-    scale = max(p for _, p, _ in rows) or 1.0
-    return '<div id="distribution">' + "".join(
-        f'<div class="dist-row" style="{ROW_STYLE}">'
-        f'<span style="{TOKEN_STYLE}" title="{html.escape(token)}">{html.escape(token)}</span>'
-        f'<span style="{TRACK_STYLE}"><span style="display:block;height:100%;border-radius:3px;'
-        f'background:{color};width:{100 * p / scale:.1f}%"></span></span>'
-        f'<span style="{PCT_STYLE}">{100 * p:.1f}%</span></div>'
-        for token, p, color in rows
-    ) + "</div>"
+    rows = [(d, visible(d["token"]), d["prob"], d.get("p_final", d["prob"]), d.get("kept", True)) for d in top]
+    other = (None, "other", max(0.0, 1 - sum(r[2] for r in rows)), max(0.0, 1 - sum(r[3] for r in rows)), True)
+    scale = max(max(r[2], r[3]) for r in [*rows, other]) or 1.0
+    legend = (
+        f'<div style="font-size:12px;color:var(--body-text-color-subdued);margin-bottom:4px">'
+        f'<span style="color:{BASE_COLOR}">■</span> p_base (plain softmax) '
+        f'<span style="color:{FINAL_COLOR}">■</span> p_final (after the sampling settings) · '
+        f'greyed: cut by the filters · click a token to append it</div>'
+    )
+    html_rows = []
+    for entry, token, p_base, p_final, kept in [*rows, other]:
+        attrs = f'data-token-id="{entry["token_id"]}" title="append {html.escape(token)}"' if entry else ""
+        style = ROW_STYLE + (";cursor:pointer" if entry else "") + ("" if kept else ";opacity:.4")
+        final_text = f"{100 * p_final:5.1f}%" if kept else "  cut"
+        html_rows.append(
+            f'<div class="dist-row" {attrs} style="{style}">'
+            f'<span style="{TOKEN_STYLE}">{html.escape(token)}</span>'
+            f'<span style="{TRACK_STYLE}">'
+            f'<span style="{BAR_STYLE};background:{BASE_COLOR};width:{100 * p_base / scale:.1f}%"></span>'
+            f'<span style="{BAR_STYLE};background:{FINAL_COLOR};width:{100 * p_final / scale:.1f}%"></span></span>'
+            f'<span style="{PCT_STYLE}">{100 * p_base:5.1f}% → {final_text}</span></div>'
+        )
+    return f'<div id="distribution">{legend}{"".join(html_rows)}</div>'
+
+
+def tree_view(history: History) -> str:
+    """The history tree, one line per node, indented where it forks; the current path highlighted."""
+    path = set(history.path())
+    lines = []
+    for node, indent in history.rows():
+        parent = history.nodes[node.parent].text if node.parent is not None else None
+        if parent is not None and node.text.startswith(parent):
+            label = "+" + visible(node.text[len(parent) :])
+        else:
+            label = ("…" if len(node.text) > 40 else "") + visible(node.text[-40:]) or "(empty)"
+        siblings = history.children(node.parent) if node.parent is not None else []
+        fork = ("└ " if node.id == siblings[-1] else "├ ") if len(siblings) > 1 else ""
+        here = node.id == history.current
+        style = f"padding-left:{indent}em;white-space:pre;overflow:hidden;text-overflow:ellipsis;cursor:pointer"
+        if node.id in path:
+            style += ";font-weight:600;color:var(--color-accent)"
+        marker = "▶ " if here else "  "
+        lines.append(
+            f'<div class="tree-node" data-node="{node.id}" style="{style}"{" data-current" if here else ""}>'
+            f'{marker}{fork}<span style="color:var(--body-text-color-subdued)">{node.kind}</span> '
+            f"{html.escape(label[:60])}</div>"
+        )
+    return f'<div id="tree" style="{TREE_STYLE}">{"".join(lines)}</div>'
 
 
 def branch_label(branch: dict) -> str:
-    return f"{visible(branch['text'])}  ·  {100 * branch['prob']:.0f}%"
+    p_final = branch.get("p_final", branch["prob"])
+    return f"{visible(branch['text'])}  ·  " + (f"{100 * p_final:.0f}%" if p_final > 0 else "cut")
 
 
-def remember(history: list[str], text: str) -> list[str]:
-    return history if history and history[-1] == text else (history + [text])[-UNDO_LEVELS:]
+def node_settings(shown: tuple[str, dict] | None) -> dict:
+    """The settings the suggestions on screen were made with, to record in the history."""
+    if not shown:
+        return {}
+    result = shown[1]
+    return {**result["sampling"], "branch_mode": result["branch_mode"], "seed": result["seed"],
+            "n_branches": len(result["branches"]), "depth": len(result["branches"][0]["token_ids"])}
 
 
-def suggest(text: str, n_branches: int, depth: int, history: list[str], request: gr.Request):
-    """Recompute everything for `text`: branches, plot, status. Records `text` in the undo history."""
-    history = remember(history, text)
+def apply_preset(name: str) -> list:
+    """The sampling controls' values for a preset."""
+    sampling, mode = cli.PRESETS[name]
+    values = sampling.as_dict()
+    return [values["temperature"], values["top_k"], values["top_p"], values["repetition_penalty"], mode]
+
+
+def matching_preset(temperature: float, top_k: int, top_p: float, repetition_penalty: float, mode: str) -> str:
+    for name in cli.PRESETS:
+        if apply_preset(name) == [temperature, top_k, top_p, repetition_penalty, mode]:
+            return name
+    return "custom"
+
+
+def suggest(
+    text: str, history: History, n_branches: int, depth: int, temperature: float, top_k: int, top_p: float,
+    repetition_penalty: float, branch_mode: str, seed: float | None, request: gr.Request,
+):
+    """Recompute everything for `text`: branches, plot, status. A typing pause becomes a history node."""
+    history.add(text, "type")
     if not text:
         hidden = [gr.update(visible=False)] * MAX_BUTTONS
-        return (None, *hidden, "", "Type something to see where the model could go next.", history)
+        status = "Type something to see where the model could go next."
+        return (None, *hidden, "", status, history, tree_view(history))
+    if seed is None:
+        raise gr.Error("Give a seed (a whole number, 0 or more).")
     start = time.perf_counter()
     try:
-        result = cli.lookahead(text, int(n_branches), int(depth), session=session_key(request))
+        result = cli.lookahead(
+            text, int(n_branches), int(depth), temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
+            session=session_key(request),
+        )
     except ValueError as error:
         raise gr.Error(str(error)) from None
     ms = 1000 * (time.perf_counter() - start)
@@ -89,44 +187,96 @@ def suggest(text: str, n_branches: int, depth: int, history: list[str], request:
     buttons += [gr.update(visible=False)] * (MAX_BUTTONS - len(buttons))
     status = (
         f"**{result['model']}** on {result['device']} · {result['context_tokens']} context tokens · "
-        f"{result['reused_tokens']} reused · {ms:.0f} ms"
+        f"{result['reused_tokens']} reused · {ms:.0f} ms · branches {result['branch_mode']}"
+        + (f" (seed {result['seed']})" if result["branch_mode"] == "sample" else "")
     )
     if result["notice"]:
         status += f" · ⚠️ {result['notice']}"
-    return ((text, result), *buttons, distribution_plot(result["distribution"]), status, history)
+    plot = distribution_plot(result["distribution"])
+    return ((text, result), *buttons, plot, status, history, tree_view(history))
 
 
-def take_branch(index: int, text: str, shown: tuple[str, dict] | None) -> str:
-    """The text with branch `index` appended, exactly as the engine spelled it.
-
-    `shown` is (the text the suggestions were computed for, the result). A click that
-    races an edit is refused rather than appending a branch computed for other text.
-    """
-    if not shown or shown[0] != text or index >= len(shown[1]["branches"]):
+def shown_for(text: str, shown: tuple[str, dict] | None) -> dict:
+    """The result on screen, if it was computed for `text` (a click racing an edit is refused)."""
+    if not shown or shown[0] != text:
         raise gr.Error("The suggestions are being refreshed for your edit; try again in a moment.")
-    return text + shown[1]["branches"][index]["text"]
+    return shown[1]
 
 
-def undo(history: list[str]) -> tuple[str, list[str]]:
-    if len(history) < 2:
-        raise gr.Error("Nothing to undo.")
-    history = history[:-1]
-    return history[-1], history
+def take_branch(index: int, text: str, shown: tuple[str, dict] | None, history: History) -> tuple[str, History]:
+    """The text with branch `index` appended, exactly as the engine spelled it."""
+    result = shown_for(text, shown)
+    if index >= len(result["branches"]):
+        raise gr.Error("That branch is no longer shown.")
+    branch = result["branches"][index]
+    history.add(text + branch["text"], "branch", branch["token_ids"], node_settings(shown))
+    return history.text, history
 
 
-def continue_text(text: str, n_tokens: int, lossless: bool, history: list[str]):
+def force_token(text: str, shown: tuple[str, dict] | None, history: History, event: gr.EventData):
+    """Append the token clicked in the plot, whatever its probability."""
+    result = shown_for(text, shown)
+    entry = next((d for d in result["distribution"] if d["token_id"] == event.token_id), None)
+    if entry is None:
+        raise gr.Error("That token is no longer shown.")
+    if "\ufffd" in entry["token"]:
+        raise gr.Error("That token is part of a character split over several tokens; take a branch instead.")
+    piece = entry["token"][len(result["healed_whitespace"]) :]  # healing: the whitespace is in the text
+    history.add(text + piece, "token", [entry["token_id"]], node_settings(shown))
+    return history.text, history
+
+
+def append_text(text: str, extra: str, shown: tuple[str, dict] | None, history: History):
+    if not extra:
+        raise gr.Error("Type the text to append first.")
+    history.add(text + extra, "append", [], node_settings(shown if shown and shown[0] == text else None))
+    return history.text, history, ""
+
+
+def move(history: History, step: str):
+    """Undo (to the parent) or redo (to the child last visited)."""
+    if not (history.undo() if step == "undo" else history.redo()):
+        raise gr.Error(f"Nothing to {step}.")
+    return history.text, history
+
+
+def select_node(history: History, event: gr.EventData):
+    try:
+        history.select(int(event.node))
+    except ValueError as error:
+        raise gr.Error(str(error)) from None
+    return history.text, history
+
+
+def clear(history: History):
+    history.add("", "clear")
+    return "", history
+
+
+def import_history(history: History, event: gr.EventData):
+    """Replace the session's tree with an exported one; its current node's text becomes the text."""
+    try:
+        imported = History.from_json(event.json)
+    except ValueError as error:
+        raise gr.Error(f"Could not import that file: {error}") from None
+    if imported.model != history.model:
+        gr.Warning(f"This history was written with {imported.model}; suggestions now come from {history.model}.")
+    return imported.text, imported
+
+
+def continue_text(text: str, n_tokens: int, lossless: bool, history: History):
     """Stream a greedy continuation into the text, then show which tokens came from accepted drafts."""
     if not text:
         raise gr.Error("Type something to continue.")
     if n_tokens is None:
         raise gr.Error("Say how many tokens to continue by.")
-    history = remember(history, text)
     result = None
     try:
         for result in cli.generate_stream(text, int(n_tokens), "lookahead" if lossless else "greedy"):
             yield text + result["text"], gr.update(), f"{len(result['token_ids'])} tokens…", history
     except ValueError as error:
         raise gr.Error(str(error)) from None
+    history.add(text + result["text"], "continue", result["token_ids"], {"method": result["method"]})
     pieces = [(piece, SOURCE_LABELS[source]) for piece, source in
               zip(result["token_texts"], result["draft_source_per_token"])]
     n, passes = len(result["token_ids"]), result["forward_passes"]
@@ -135,17 +285,23 @@ def continue_text(text: str, n_tokens: int, lossless: bool, history: list[str]):
         f"speed-up in passes over one token at a time) · {result['seconds']:.2f} s, "
         f"{n / result['seconds']:.1f} tokens/s"
     )
-    yield text + result["text"], gr.update(value=pieces, visible=True), summary, history
+    yield history.text, gr.update(value=pieces, visible=True), summary, history
 
 
 def session_key(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or "anonymous"
 
 
-def api_lookahead(text: str, n_branches: int = 5, depth: int = 3, request: gr.Request = None) -> dict:
-    """Top n_branches next tokens of `text`, each continued greedily to `depth` tokens (see README)."""
+def api_lookahead(
+    text: str, n_branches: int = 5, depth: int = 3, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+    repetition_penalty: float = 1.0, branch_mode: str = "greedy", seed: int = 0, request: gr.Request = None,
+) -> dict:
+    """The n_branches best next tokens of `text` (by p_final), each continued to `depth` tokens (see README)."""
     try:
-        return cli.lookahead(text, n_branches, depth, session=session_key(request))
+        return cli.lookahead(
+            text, n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
+            session=session_key(request),
+        )
     except ValueError as error:
         raise gr.Error(str(error)) from None
 
@@ -158,10 +314,15 @@ def api_generate(text: str, max_new_tokens: int = 64, method: str = "lookahead")
         raise gr.Error(str(error)) from None
 
 
-def api_next_token_distribution(text: str, k: int = 10, request: gr.Request = None) -> list:
-    """The k most likely next tokens of `text`, with prob (plain softmax) and logprob."""
+def api_next_token_distribution(
+    text: str, k: int = 10, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+    repetition_penalty: float = 1.0, request: gr.Request = None,
+) -> list:
+    """The k next tokens of `text`, with prob (p_base), logprob, p_final and kept (see README)."""
     try:
-        return cli.next_token_distribution(text, k, session=session_key(request))
+        return cli.next_token_distribution(
+            text, k, temperature, top_k, top_p, repetition_penalty, session=session_key(request)
+        )
     except ValueError as error:
         raise gr.Error(str(error)) from None
 
@@ -169,16 +330,14 @@ def api_next_token_distribution(text: str, k: int = 10, request: gr.Request = No
 with gr.Blocks(title="Interactive Lookahead") as demo:
     gr.Markdown(
         "## Interactive Lookahead\nWrite, and see where the model could go next. Click a branch (or "
-        "press **Alt+1…9**) to append it; **Ctrl+Enter** refreshes."
+        "press **Alt+1…9**) or any token in the plot to append it; **Ctrl+Enter** refreshes."
     )
     shown = gr.State(None)  # (text, lookahead result) behind the buttons on screen
-    history = gr.State([])
+    history = gr.State(History.start(DEFAULT_TEXT, cli.default_model_name()))
+    history_json = gr.Textbox(visible=False)  # carries an export to the browser's download
     with gr.Row():
         with gr.Column(scale=3):
-            text = gr.Textbox(
-                label="Your text", lines=8, max_lines=30, elem_id="text",
-                value="The old lighthouse keeper climbed the stairs and",
-            )
+            text = gr.Textbox(label="Your text", lines=8, max_lines=30, elem_id="text", value=DEFAULT_TEXT)
             with gr.Row(equal_height=True):
                 branch_buttons = [
                     gr.Button(visible=False, elem_id=f"branch-{i}", elem_classes="branch-btn", size="sm",
@@ -186,12 +345,13 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                     for i in range(MAX_BUTTONS)
                 ]
             with gr.Row():
-                n_branches = gr.Slider(1, MAX_BUTTONS, value=5, step=1, label="Branches")
-                depth = gr.Slider(1, 8, value=3, step=1, label="Depth (tokens per branch)")
-            with gr.Row():
                 refresh_button = gr.Button("Refresh (Ctrl+Enter)", elem_id="refresh", size="sm")
                 undo_button = gr.Button("Undo", elem_id="undo", size="sm")
+                redo_button = gr.Button("Redo", elem_id="redo", size="sm")
                 clear_button = gr.Button("Clear", elem_id="clear", size="sm")
+            with gr.Row(equal_height=True):
+                extra = gr.Textbox(show_label=False, placeholder="Text to append as is…", elem_id="extra", scale=4)
+                append_button = gr.Button("Append", elem_id="append", size="sm", scale=1, min_width=90)
             status = gr.Markdown(elem_id="status")
             with gr.Row():
                 n_tokens = gr.Number(64, minimum=1, maximum=256, step=1, precision=0, label="Tokens to continue")
@@ -202,29 +362,66 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 combine_adjacent=False, show_legend=True, elem_id="continuation", visible=False,
             )
             continuation_status = gr.Markdown(elem_id="continuation-status")
+            with gr.Accordion("History (click a line to go back there)", open=True):
+                tree = gr.HTML(elem_id="history-tree", js_on_load=SELECT_NODE_JS)
+                with gr.Row():
+                    export_button = gr.Button("Export JSON", elem_id="export", size="sm", scale=0, min_width=120)
+                    importer = gr.HTML(IMPORT_HTML, elem_id="import", js_on_load=IMPORT_JS)
         with gr.Column(scale=2):
             gr.Markdown("**Next token**")
-            plot = gr.HTML(elem_id="plot")
+            plot = gr.HTML(elem_id="plot", js_on_load=CLICK_TOKEN_JS)
+            with gr.Accordion("Sampling", open=True):
+                preset = gr.Radio(PRESET_NAMES, value="greedy", label="Preset", elem_id="preset")
+                temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature", elem_id="temperature")
+                top_k = gr.Slider(0, cli.MAX_TOP_K, value=0, step=1, label="Top-k (0 = off)", elem_id="top-k")
+                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.01, label="Top-p (1 = off)", elem_id="top-p")
+                repetition_penalty = gr.Slider(
+                    1.0, 2.0, value=1.0, step=0.05, label="Repetition penalty (1 = off)", elem_id="repetition-penalty"
+                )
+                branch_mode = gr.Radio(
+                    ["greedy", "sample"], value="greedy", label="Branches continue by", elem_id="branch-mode"
+                )
+                seed = gr.Number(0, minimum=0, precision=0, label="Seed (for sampled branches)", elem_id="seed")
+                with gr.Row():
+                    n_branches = gr.Slider(1, MAX_BUTTONS, value=5, step=1, label="Branches")
+                    depth = gr.Slider(1, 8, value=3, step=1, label="Depth (tokens per branch)")
 
+    # All UI events share one queue, so they run in order: two events that read and write the
+    # history (an import and an update still running) can never overwrite each other's result.
+    private = dict(api_visibility="private", concurrency_id="ui")
+    sampling_controls = [temperature, top_k, top_p, repetition_penalty, branch_mode]
     suggest_io = dict(
         fn=suggest,
-        inputs=[text, n_branches, depth, history],
-        outputs=[shown, *branch_buttons, plot, status, history],
-        api_visibility="private",
+        inputs=[text, history, n_branches, depth, *sampling_controls, seed],
+        outputs=[shown, *branch_buttons, plot, status, history, tree],
+        **private,
     )
     # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
     text.input(trigger_mode="always_last", **suggest_io)
-    gr.on([refresh_button.click, n_branches.release, depth.release, demo.load], **suggest_io)
+    gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit, demo.load], **suggest_io)
+    preset.input(apply_preset, preset, sampling_controls, **private).then(**suggest_io)
+    gr.on(
+        [temperature.release, top_k.release, top_p.release, repetition_penalty.release, branch_mode.input],
+        matching_preset, sampling_controls, preset, **private,
+    ).then(**suggest_io)
     for i, button in enumerate(branch_buttons):
         button.click(
-            lambda t, s, i=i: take_branch(i, t, s), [text, shown], text, api_visibility="private"
+            lambda t, s, h, i=i: take_branch(i, t, s, h), [text, shown, history], [text, history], **private
         ).success(**suggest_io)
-    undo_button.click(undo, history, [text, history], api_visibility="private").success(**suggest_io)
-    clear_button.click(lambda: "", None, text, api_visibility="private").then(**suggest_io)
-
+    plot.click(force_token, [text, shown, history], [text, history], **private).success(**suggest_io)
+    gr.on([append_button.click, extra.submit], append_text, [text, extra, shown, history],
+          [text, history, extra], **private).success(**suggest_io)
+    undo_button.click(lambda h: move(h, "undo"), history, [text, history], **private).success(**suggest_io)
+    redo_button.click(lambda h: move(h, "redo"), history, [text, history], **private).success(**suggest_io)
+    tree.select(select_node, history, [text, history], **private).success(**suggest_io)
+    clear_button.click(clear, history, [text, history], **private).then(**suggest_io)
+    export_button.click(lambda h: h.to_json(), history, history_json, **private).then(
+        None, history_json, None, js=DOWNLOAD_JS
+    )
+    importer.upload(import_history, history, [text, history], **private).success(**suggest_io)
     continue_button.click(
         continue_text, [text, n_tokens, lossless, history], [text, continuation, continuation_status, history],
-        api_visibility="private",
+        **private,
     ).success(**suggest_io)
 
     gr.api(api_lookahead, api_name="lookahead")

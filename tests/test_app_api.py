@@ -16,8 +16,11 @@ def client(app_url):
 def test_endpoints_are_named_and_listed(client):
     endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
     assert {"/lookahead", "/next_token_distribution", "/generate"} <= set(endpoints)
-    assert [p["parameter_name"] for p in endpoints["/lookahead"]["parameters"]] == ["text", "n_branches", "depth"]
-    assert [p["parameter_name"] for p in endpoints["/next_token_distribution"]["parameters"]] == ["text", "k"]
+    sampling = ["temperature", "top_k", "top_p", "repetition_penalty"]
+    assert [p["parameter_name"] for p in endpoints["/lookahead"]["parameters"]] == [
+        "text", "n_branches", "depth", *sampling, "branch_mode", "seed"
+    ]
+    assert [p["parameter_name"] for p in endpoints["/next_token_distribution"]["parameters"]] == ["text", "k", *sampling]
 
 
 def test_results_equal_the_engine(client):
@@ -29,6 +32,19 @@ def test_results_equal_the_engine(client):
     dist = client.predict(text, 5, api_name="/next_token_distribution")
     assert [d["token_id"] for d in dist] == [d["token_id"] for d in local["distribution"][:5]]
     assert dist[0]["prob"] == pytest.approx(local["distribution"][0]["prob"], abs=1e-5)
+
+
+def test_sampling_parameters_reach_the_engine(client):
+    text = "The old lighthouse keeper climbed the stairs and"
+    settings = {"temperature": 0.8, "top_k": 3, "top_p": 0.95, "repetition_penalty": 1.2}
+    remote = client.predict(text, 4, 3, **settings, branch_mode="sample", seed=7, api_name="/lookahead")
+    local = cli.lookahead(text, 4, 3, **settings, branch_mode="sample", seed=7, session="local")
+    assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
+    assert remote["sampling"] == local["sampling"] and remote["seed"] == 7
+    dist = client.predict(text, 6, 1.0, 3, api_name="/next_token_distribution")
+    assert [d["kept"] for d in dist] == [True] * 3 + [False] * 3
+    with pytest.raises(Exception, match="top_p"):
+        client.predict(text, 6, 1.0, 0, 0.0, api_name="/next_token_distribution")
 
 
 def test_defaults_apply_when_parameters_are_left_out(client):

@@ -3,38 +3,109 @@
 import gradio as gr
 import pytest
 
-from app import distribution_plot, take_branch, undo, visible
+from types import SimpleNamespace
+
+from app import (
+    apply_preset,
+    branch_label,
+    distribution_plot,
+    force_token,
+    import_history,
+    matching_preset,
+    move,
+    take_branch,
+    tree_view,
+    visible,
+)
+from history import History
 
 
 def test_whitespace_is_made_visible():
     assert visible(" a\n\tb") == "␣a↵⇥b"
 
 
-def test_plot_shows_top_tokens_and_the_rest_as_other():
-    dist = [{"token": " the", "prob": 0.5}, {"token": "\n", "prob": 0.2}]
-    plot = distribution_plot(dist)
-    assert "␣the" in plot and "↵" in plot and "50.0%" in plot
-    assert "other" in plot and "30.0%" in plot
+def entry(token_id: int, token: str, prob: float, p_final: float | None = None) -> dict:
+    p_final = prob if p_final is None else p_final
+    return {"token_id": token_id, "token": token, "prob": prob, "p_final": p_final, "kept": p_final > 0}
+
+
+def test_plot_shows_p_base_and_p_final_for_top_tokens_and_the_rest_as_other():
+    plot = distribution_plot([entry(1, " the", 0.5, 0.7), entry(2, "\n", 0.2, 0.3), entry(3, " a", 0.1, 0.0)])
+    assert "␣the" in plot and "↵" in plot and "50.0% →  70.0%" in plot
+    assert "other" in plot and "20.0% →   0.0%" in plot
+    assert 'data-token-id="3"' in plot and "cut" in plot and "opacity:.4" in plot
 
 
 def test_plot_escapes_html_in_tokens():
-    assert "<script>" not in distribution_plot([{"token": "<script>", "prob": 0.1}])
+    assert "<script>" not in distribution_plot([entry(1, "<script>", 0.1)])
+
+
+def shown(text: str, **extra) -> tuple[str, dict]:
+    result = {
+        "branches": [{"text": " sat", "token_ids": [1, 2], "prob": 0.5}, {"text": " ran", "token_ids": [3], "prob": 0.2}],
+        "distribution": [{"token_id": 7, "token": " dog", "prob": 0.1}, {"token_id": 8, "token": "\ufffd", "prob": 0.1}],
+        "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0},
+        "branch_mode": "greedy", "seed": 0, "healed_whitespace": "",
+    }
+    return text, {**result, **extra}
 
 
 def test_a_branch_is_appended_only_to_the_text_it_was_computed_for():
-    result = {"branches": [{"text": " sat"}, {"text": " ran"}]}
-    assert take_branch(1, "The cat", ("The cat", result)) == "The cat ran"
-    with pytest.raises(gr.Error):
-        take_branch(0, "The cat was", ("The cat", result))
-    with pytest.raises(gr.Error):
-        take_branch(5, "The cat", ("The cat", result))
-    with pytest.raises(gr.Error):
-        take_branch(0, "The cat", None)
+    h = History.start("The cat", "m")
+    text, h = take_branch(1, "The cat", shown("The cat"), h)
+    assert text == "The cat ran" and h.nodes[-1].token_ids == [3] and h.nodes[-1].settings["branch_mode"] == "greedy"
+    for args in [(0, "The cat was", shown("The cat")), (5, "The cat", shown("The cat")), (0, "The cat", None)]:
+        with pytest.raises(gr.Error):
+            take_branch(*args, h)
 
 
-def test_undo_walks_back_through_several_levels():
-    text, history = undo(["a", "ab", "abc"])
-    assert (text, history) == ("ab", ["a", "ab"])
-    assert undo(history)[0] == "a"
-    with pytest.raises(gr.Error):
-        undo(["a"])
+def test_forcing_appends_the_clicked_token_and_refuses_broken_characters():
+    h = History.start("The cat", "m")
+    text, h = force_token("The cat", shown("The cat"), h, SimpleNamespace(token_id=7))
+    assert text == "The cat dog" and h.nodes[-1].kind == "token" and h.nodes[-1].token_ids == [7]
+    healed = shown("The cat ", healed_whitespace=" ")
+    assert force_token("The cat ", healed, History.start("The cat ", "m"), SimpleNamespace(token_id=7))[0] == "The cat dog"
+    for token_id in (8, 99):
+        with pytest.raises(gr.Error):
+            force_token("The cat dog", shown("The cat dog"), h, SimpleNamespace(token_id=token_id))
+
+
+def test_undo_and_redo_walk_the_tree_and_say_when_there_is_nowhere_to_go():
+    h = History.start("a", "m")
+    h.add("ab", "append")
+    h.add("abc", "append")
+    assert move(h, "undo")[0] == "ab" and move(h, "undo")[0] == "a"
+    with pytest.raises(gr.Error, match="Nothing to undo"):
+        move(h, "undo")
+    assert move(h, "redo")[0] == "ab" and move(h, "redo")[0] == "abc"
+    with pytest.raises(gr.Error, match="Nothing to redo"):
+        move(h, "redo")
+
+
+def test_tree_view_marks_the_current_node_and_forks_and_escapes_text():
+    h = History.start("<b>", "m")
+    h.add("<b> x", "append")
+    h.undo()
+    h.add("<b> y", "append")
+    view = tree_view(h)
+    assert "<b>" not in view.replace('<div id="tree"', "")
+    assert view.count("data-current") == 1 and "├ " in view and "└ " in view
+
+
+def test_import_errors_are_shown_not_raised_as_tracebacks():
+    with pytest.raises(gr.Error, match="Could not import"):
+        import_history(History.start("a", "m"), SimpleNamespace(json="{}"))
+    exported = History.start("kept", "m").to_json()
+    text, imported = import_history(History.start("a", "m"), SimpleNamespace(json=exported))
+    assert text == "kept" and imported.to_json() == exported
+
+
+def test_presets_round_trip_through_the_controls():
+    for name in ("greedy", "balanced", "creative"):
+        assert matching_preset(*apply_preset(name)) == name
+    assert matching_preset(0.33, 0, 1.0, 1.0, "greedy") == "custom"
+
+
+def test_a_cut_branch_says_so():
+    assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.0}).endswith("cut")
+    assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.5}).endswith("50%")

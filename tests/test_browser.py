@@ -8,6 +8,7 @@ from playwright.sync_api import expect, sync_playwright
 
 import custom_llm_inference as cli
 from app import branch_label
+from history import History
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOT = Path(__file__).resolve().parents[1] / "screenshots" / "app.png"
@@ -104,3 +105,66 @@ def test_ctrl_enter_refreshes(page):
     box.fill("Set without an input event")  # fill() changes the value without firing Gradio's input
     box.press("Control+Enter")
     expect_suggestions_for(page, "Set without an input event")
+
+
+def test_presets_forcing_undo_redo_fork_and_export_import(page, tmp_path):
+    text = "My grandmother kept a small garden where"
+    type_text(page, text)
+    greedy = expect_suggestions_for(page, text)
+
+    # Forcing: any token in the plot, here the fourth, is appended as is.
+    forced = greedy["distribution"][3]
+    page.locator(f'.dist-row[data-token-id="{forced["token_id"]}"]').click()
+    forced_text = text + forced["token"]
+    expect_suggestions_for(page, forced_text)
+
+    # Undo, redo, undo, then a different choice: a sibling, the old path kept.
+    page.locator("#undo").click()
+    expect_suggestions_for(page, text)
+    page.locator("#redo").click()
+    expect_suggestions_for(page, forced_text)
+    page.locator("#undo").click()
+    expect_suggestions_for(page, text)
+    page.locator("#branch-0").click()
+    branched = text + greedy["branches"][0]["text"]
+    expect_suggestions_for(page, branched)
+    tree = page.locator("#tree")
+    expect(tree.locator(".tree-node[data-current]")).to_contain_text("branch")
+    old_path = tree.locator(".tree-node", has_text="token")
+    expect(old_path).to_have_count(1)
+    old_path.click()
+    expect_suggestions_for(page, forced_text)
+
+    # Appending typed text.
+    page.locator("#extra textarea").fill(" roses")
+    page.locator("#append").click()
+    appended = forced_text + " roses"
+    expect_suggestions_for(page, appended)
+
+    # A preset moves the controls and the branches then sample from p_final with the seed.
+    page.locator("#preset").get_by_text("balanced").click()
+    expect(page.locator("#temperature input[type=number]")).to_have_value("0.7")
+    sampling, mode = cli.PRESETS["balanced"]
+    sampled = cli.lookahead(appended, 5, 3, **sampling.as_dict(), branch_mode=mode, seed=0, session="browser-b")
+    for i, branch in enumerate(sampled["branches"]):
+        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch), timeout=30_000)
+    expect(page.locator("#status")).to_contain_text("branches sample (seed 0)")
+    cut = [d for d in sampled["distribution"][:10] if not d["kept"]]
+    expect(page.locator("#distribution")).to_contain_text("cut" if cut else "→")
+    page.screenshot(path=SCREENSHOT.with_name("sampling.png"), full_page=True)
+    page.locator("#preset").get_by_text("greedy").click()
+    expect(page.locator("#status")).to_contain_text("branches greedy")
+
+    # Export, wander off, import: the same tree and text come back.
+    with page.expect_download() as download:
+        page.locator("#export").click()
+    exported = Path(download.value.path()).read_text()
+    tree_before = tree.inner_html()
+    page.locator("#branch-1").click()
+    expect(page.locator("#text textarea")).not_to_have_value(appended)
+    saved = tmp_path / "history.json"
+    saved.write_text(exported)
+    page.locator("#import input[type=file]").set_input_files(saved)
+    expect_suggestions_for(page, appended)
+    assert tree.inner_html() == tree_before
+    assert History.from_json(exported).to_json() == exported

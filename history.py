@@ -1,0 +1,162 @@
+"""The writer's history as a tree, as in loom-style tree writers: nothing chosen is ever lost.
+
+Every appended branch, forced token, appended text, continuation and typing pause is a
+node holding the whole text at that point. Undo moves to the parent, redo to the child
+last visited; choosing something else after an undo adds a sibling. The tree is plain
+data, kept in the visitor's session, and exports to JSON and back losslessly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+FORMAT = "interactive-lookahead-history"
+VERSION = 1
+KINDS = ("start", "type", "branch", "token", "append", "continue", "clear")
+PAUSE_SECONDS = 2.0  # typing within this long of the last keystroke edits the same node
+
+
+@dataclass
+class Node:
+    id: int
+    parent: int | None
+    text: str  # the whole text at this node
+    kind: str  # how it was reached, one of KINDS
+    token_ids: list[int] = field(default_factory=list)  # the tokens appended, for branches, tokens, continuations
+    settings: dict = field(default_factory=dict)  # the sampling and branch settings in use
+    time: float = 0.0  # unix seconds of the last change
+    last_child: int | None = None  # where redo goes
+
+
+@dataclass
+class History:
+    nodes: list[Node]
+    current: int
+    model: str
+
+    @classmethod
+    def start(cls, text: str, model: str) -> History:
+        return cls([Node(0, None, text, "start", time=time.time())], 0, model)
+
+    @property
+    def text(self) -> str:
+        return self.nodes[self.current].text
+
+    def children(self, node_id: int) -> list[int]:
+        return [n.id for n in self.nodes if n.parent == node_id]
+
+    def add(self, text: str, kind: str, token_ids: list[int] = (), settings: dict | None = None) -> None:
+        """Record reaching `text` by `kind` from the current node (typing without a pause amends it)."""
+        if kind not in KINDS[1:]:
+            raise ValueError(f"kind must be one of {KINDS[1:]}, got {kind!r}")
+        now, here = time.time(), self.nodes[self.current]
+        if text == here.text and kind == "type":
+            return
+        if kind == here.kind == "type" and not self.children(here.id) and now - here.time < PAUSE_SECONDS:
+            here.text, here.time = text, now
+            return
+        node = Node(len(self.nodes), here.id, text, kind, list(token_ids), dict(settings or {}), now)
+        self.nodes.append(node)
+        here.last_child = self.current = node.id
+
+    def undo(self) -> bool:
+        parent = self.nodes[self.current].parent
+        if parent is None:
+            return False
+        self.nodes[parent].last_child, self.current = self.current, parent
+        return True
+
+    def redo(self) -> bool:
+        child = self.nodes[self.current].last_child
+        if child is None:
+            return False
+        self.current = child
+        return True
+
+    def select(self, node_id: int) -> None:
+        if not 0 <= node_id < len(self.nodes):
+            raise ValueError(f"no node {node_id} in this history")
+        self.current = node_id
+        path = self.path()
+        for parent, child in zip(path, path[1:]):  # redo from any ancestor leads back here
+            self.nodes[parent].last_child = child
+
+    def path(self) -> list[int]:
+        """Node ids from the root to the current node."""
+        ids, node = [], self.current
+        while node is not None:
+            ids.append(node)
+            node = self.nodes[node].parent
+        return ids[::-1]
+
+    def rows(self) -> list[tuple[Node, int]]:
+        """(node, indent) in depth-first order; indent grows only where the tree forks, to stay compact."""
+        kids: dict[int | None, list[int]] = {}
+        for n in self.nodes:
+            kids.setdefault(n.parent, []).append(n.id)
+        out: list[tuple[Node, int]] = []
+        stack = [(0, 0)]
+        while stack:
+            node_id, indent = stack.pop()
+            out.append((self.nodes[node_id], indent))
+            children = kids.get(node_id, [])
+            step = 1 if len(children) > 1 else 0
+            stack += [(c, indent + step) for c in reversed(children)]
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"format": FORMAT, "version": VERSION, "model": self.model, "current": self.current,
+             "nodes": [asdict(n) for n in self.nodes]},
+            ensure_ascii=False, indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, data: str) -> History:
+        """The history in `data` (as written by to_json); ValueError saying what is wrong otherwise."""
+        try:
+            raw = json.loads(data)
+        except (json.JSONDecodeError, TypeError) as error:
+            raise ValueError(f"not a JSON history file: {error}") from None
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+            raise ValueError(f"not an {FORMAT} file (its \"format\" field is missing or different)")
+        if raw.get("version") != VERSION:
+            raise ValueError(f"history version {raw.get('version')!r} is not supported (this app reads {VERSION})")
+        nodes_raw = raw.get("nodes")
+        if not isinstance(nodes_raw, list) or not nodes_raw:
+            raise ValueError("the history has no nodes")
+        nodes = [_node(i, n) for i, n in enumerate(nodes_raw)]
+        for node in nodes:
+            lc = node.last_child
+            if lc is not None and (lc >= len(nodes) or nodes[lc].parent != node.id):
+                raise ValueError(f"node {node.id}: last_child {lc} is not one of its children")
+        current, model = raw.get("current"), raw.get("model")
+        if not isinstance(current, int) or not 0 <= current < len(nodes):
+            raise ValueError(f"current node {current!r} is not in the history")
+        if not isinstance(model, str):
+            raise ValueError("the history does not say which model made it")
+        return cls(nodes, current, model)
+
+
+def _node(i: int, raw: object) -> Node:
+    where = f"node {i}"
+    if not isinstance(raw, dict) or set(raw) != set(Node.__dataclass_fields__):
+        raise ValueError(f"{where}: expected the fields {sorted(Node.__dataclass_fields__)}")
+    node = Node(**raw)
+    checks = [
+        (node.id == i, "its id must equal its position"),
+        ((node.parent is None) == (i == 0), "only the first node has no parent"),
+        (node.parent is None or (isinstance(node.parent, int) and 0 <= node.parent < i), "its parent must come before it"),
+        (isinstance(node.text, str), "text must be a string"),
+        (node.kind in KINDS, f"kind must be one of {KINDS}"),
+        (isinstance(node.token_ids, list) and all(isinstance(t, int) for t in node.token_ids), "token_ids must be integers"),
+        (isinstance(node.settings, dict), "settings must be an object"),
+        (isinstance(node.time, (int, float)), "time must be a number"),
+        (node.last_child is None or (isinstance(node.last_child, int) and node.last_child > i), "last_child must be a later node"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(f"{where}: {message}")
+    return node

@@ -1,0 +1,89 @@
+"""The history tree: undo/redo/fork never lose a path, and JSON export/import is lossless."""
+
+import json
+
+import pytest
+
+from history import History
+
+
+def written(monkeypatch, clock: list[float]) -> History:
+    monkeypatch.setattr("history.time.time", lambda: clock[0])
+    return History.start("Once", "model-a")
+
+
+def test_undo_then_a_new_choice_forks_and_redo_follows_the_last_visited_child(monkeypatch):
+    h = written(monkeypatch, [100.0])
+    h.add("Once upon", "branch", [1, 2], {"top_k": 0})
+    h.add("Once upon a time", "token", [3])
+    assert h.undo() and h.text == "Once upon"
+    h.add("Once upon a hill", "append")
+    assert [n.text for n in h.nodes] == ["Once", "Once upon", "Once upon a time", "Once upon a hill"]
+    assert h.children(1) == [2, 3], "the old path stays as a sibling"
+    assert h.undo() and h.redo() and h.text == "Once upon a hill", "redo goes where we last were"
+    h.select(2)
+    assert h.path() == [0, 1, 2]
+    assert h.undo() and h.undo() and h.redo() and h.redo() and h.text == "Once upon a time"
+    assert not h.redo(), "nothing below a leaf"
+    h.select(0)
+    assert not h.undo(), "nothing above the root"
+
+
+def test_typing_amends_one_node_until_a_pause(monkeypatch):
+    clock = [100.0]
+    h = written(monkeypatch, clock)
+    h.add("Once u", "type")
+    clock[0] += 0.5
+    h.add("Once up", "type")
+    assert len(h.nodes) == 2 and h.text == "Once up"
+    clock[0] += 5
+    h.add("Once upon", "type")
+    assert len(h.nodes) == 3, "after a pause, a new node"
+    h.add("Once upon", "type")
+    assert len(h.nodes) == 3, "same text: nothing recorded"
+
+
+def test_rows_indent_only_where_the_tree_forks(monkeypatch):
+    h = written(monkeypatch, [0.0])
+    h.add("a", "branch")
+    h.add("ab", "branch")
+    h.undo()
+    h.add("ac", "branch")
+    h.add("acd", "branch")
+    assert [(n.text, indent) for n, indent in h.rows()] == [
+        ("Once", 0), ("a", 0), ("ab", 1), ("ac", 1), ("acd", 1),
+    ]
+
+
+def test_json_round_trip_is_lossless(monkeypatch):
+    h = written(monkeypatch, [1.5])
+    h.add("Once upon", "branch", [11, 12], {"temperature": 0.7, "branch_mode": "sample"})
+    h.undo()
+    h.add("Once 😀\n\t\"quoted\"", "append")
+    h.add("", "clear")
+    restored = History.from_json(h.to_json())
+    assert restored == h
+    assert restored.to_json() == h.to_json()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: "not json", "not a JSON"),
+        (lambda d: {**d, "format": "other"}, "format"),
+        (lambda d: {**d, "version": 99}, "version"),
+        (lambda d: {**d, "nodes": []}, "no nodes"),
+        (lambda d: {**d, "current": 7}, "current node"),
+        (lambda d: {**d, "nodes": [d["nodes"][0], {**d["nodes"][1], "parent": 5}]}, "parent"),
+        (lambda d: {**d, "nodes": [d["nodes"][0], {**d["nodes"][1], "kind": "magic"}]}, "kind"),
+        (lambda d: {**d, "nodes": [d["nodes"][0], {**d["nodes"][1], "token_ids": ["x"]}]}, "token_ids"),
+        (lambda d: {**d, "nodes": [{**d["nodes"][0], "last_child": 9}, d["nodes"][1]]}, "last_child"),
+        (lambda d: {**d, "nodes": [d["nodes"][0], {"id": 1}]}, "fields"),
+    ],
+)
+def test_bad_history_files_raise_clear_value_errors(monkeypatch, edit, message):
+    h = written(monkeypatch, [0.0])
+    h.add("Once more", "branch", [5])
+    data = edit(json.loads(h.to_json()))
+    with pytest.raises(ValueError, match=message):
+        History.from_json(data if isinstance(data, str) else json.dumps(data))
