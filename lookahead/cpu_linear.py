@@ -14,12 +14,15 @@ import torch
 from torch import nn
 
 
+MAX_ROWS = 64  # beyond this (prompt prefills) GEMM's own path is as fast, so it is left alone
+
+
 class SkinnyLinear(nn.Linear):
-    """nn.Linear computing several rows as weight @ x.T (same result up to rounding)."""
+    """nn.Linear computing 2 to MAX_ROWS rows as weight @ x.T (same result up to rounding)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1]
-        if rows <= 1:
+        if not 1 < rows <= MAX_ROWS:
             return super().forward(x)
         out = (self.weight @ x.reshape(rows, -1).T).T
         if self.bias is not None:

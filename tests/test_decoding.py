@@ -151,7 +151,7 @@ def test_planner_guesses_narrow_until_a_pass_accepts_that_many_then_wide():
 def test_skinny_linear_matches_nn_linear_for_any_number_of_rows():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 8, bias=False))
-    inputs = [torch.randn(shape) for shape in [(1, 1, 64), (1, 5, 64), (2, 3, 64), (7, 64)]]
+    inputs = [torch.randn(shape) for shape in [(1, 1, 64), (1, 5, 64), (2, 3, 64), (7, 64), (1, 100, 64)]]
     expected = [model(x) for x in inputs]
     use_skinny_linears(model)
     assert isinstance(model[0], SkinnyLinear) and isinstance(model[2], SkinnyLinear)
