@@ -166,12 +166,15 @@ def suggest(
     text: str, history: History, n_branches: int, depth: int, temperature: float, top_k: int, top_p: float,
     repetition_penalty: float, branch_mode: str, seed: float | None, request: gr.Request,
 ):
-    """Recompute everything for `text`: branches, plot, status. A typing pause becomes a history node."""
+    """Recompute everything for `text`: branches, plot, status. A typing pause becomes a history node.
+
+    The tree goes back to the browser's storage as JSON each time, so a reload keeps it.
+    """
     history.add(text, "type")
     if not text:
         hidden = [gr.update(visible=False)] * MAX_BUTTONS
         status = "Type something to see where the model could go next."
-        return (None, *hidden, "", status, history, tree_view(history))
+        return (None, *hidden, "", status, history, tree_view(history), history.to_json())
     if seed is None:
         raise gr.Error("Give a seed (a whole number, 0 or more).")
     start = time.perf_counter()
@@ -193,7 +196,7 @@ def suggest(
     if result["notice"]:
         status += f" · ⚠️ {result['notice']}"
     plot = distribution_plot(result["distribution"])
-    return ((text, result), *buttons, plot, status, history, tree_view(history))
+    return ((text, result), *buttons, plot, status, history, tree_view(history), history.to_json())
 
 
 def shown_for(text: str, shown: tuple[str, dict] | None) -> dict:
@@ -262,6 +265,15 @@ def import_history(history: History, event: gr.EventData):
     if imported.model != history.model:
         gr.Warning(f"This history was written with {imported.model}; suggestions now come from {history.model}.")
     return imported.text, imported
+
+
+def restore(stored: str | None, history: History) -> tuple[str, History]:
+    """The tree this browser kept from an earlier visit, if it has a readable one."""
+    try:
+        history = History.from_json(stored) if stored else history
+    except ValueError:
+        pass  # written by another version of the app: start afresh
+    return history.text, history
 
 
 def continue_text(text: str, n_tokens: int, lossless: bool, history: History):
@@ -335,6 +347,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     shown = gr.State(None)  # (text, lookahead result) behind the buttons on screen
     history = gr.State(History.start(DEFAULT_TEXT, cli.default_model_name()))
     history_json = gr.Textbox(visible=False)  # carries an export to the browser's download
+    # The tree also lives in this browser's localStorage, so a reload picks up where it left off.
+    stored_history = gr.BrowserState(None, storage_key="interactive-lookahead-history")
     with gr.Row():
         with gr.Column(scale=3):
             text = gr.Textbox(label="Your text", lines=8, max_lines=30, elem_id="text", value=DEFAULT_TEXT)
@@ -393,12 +407,13 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     suggest_io = dict(
         fn=suggest,
         inputs=[text, history, n_branches, depth, *sampling_controls, seed],
-        outputs=[shown, *branch_buttons, plot, status, history, tree],
+        outputs=[shown, *branch_buttons, plot, status, history, tree, stored_history],
         **private,
     )
     # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
     text.input(trigger_mode="always_last", **suggest_io)
-    gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit, demo.load], **suggest_io)
+    gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit], **suggest_io)
+    demo.load(restore, [stored_history, history], [text, history], **private).then(**suggest_io)
     preset.input(apply_preset, preset, sampling_controls, **private).then(**suggest_io)
     gr.on(
         [temperature.release, top_k.release, top_p.release, repetition_penalty.release, branch_mode.input],

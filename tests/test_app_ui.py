@@ -13,6 +13,7 @@ from app import (
     import_history,
     matching_preset,
     move,
+    restore,
     take_branch,
     tree_view,
     visible,
@@ -109,3 +110,13 @@ def test_presets_round_trip_through_the_controls():
 def test_a_cut_branch_says_so():
     assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.0}).endswith("cut")
     assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.5}).endswith("50%")
+
+
+def test_a_stored_tree_is_restored_and_an_unreadable_one_ignored():
+    saved = History.start("from last visit", "m")
+    saved.add("from last visit, more", "append")
+    fresh = History.start("default", "m")
+    text, restored = restore(saved.to_json(), fresh)
+    assert text == "from last visit, more" and restored == saved
+    assert restore('{"format": "something else"}', fresh) == ("default", fresh)
+    assert restore(None, fresh) == ("default", fresh)

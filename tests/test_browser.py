@@ -168,3 +168,16 @@ def test_presets_forcing_undo_redo_fork_and_export_import(page, tmp_path):
     expect_suggestions_for(page, appended)
     assert tree.inner_html() == tree_before
     assert History.from_json(exported).to_json() == exported
+
+
+def test_a_reload_keeps_the_text_and_the_tree(page):
+    text = "Kept across a reload:"
+    type_text(page, text)
+    shown = expect_suggestions_for(page, text)
+    page.locator("#branch-0").click()
+    kept = text + shown["branches"][0]["text"]
+    expect_suggestions_for(page, kept)
+    tree_before = page.locator("#tree").inner_html()
+    page.reload()
+    expect_suggestions_for(page, kept)
+    assert page.locator("#tree").inner_html() == tree_before
