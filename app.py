@@ -111,7 +111,7 @@ def distribution_plot(distribution: list[dict]) -> str:
 
 def tree_view(history: History) -> str:
     """The history tree, one line per node, indented where it forks; the current path highlighted."""
-    path = set(history.path())
+    path, kids = set(history.path()), history.child_map()
     lines = []
     for node, indent in history.rows():
         parent = history.nodes[node.parent].text if node.parent is not None else None
@@ -119,7 +119,7 @@ def tree_view(history: History) -> str:
             label = "+" + visible(node.text[len(parent) :])
         else:
             label = ("…" if len(node.text) > 40 else "") + visible(node.text[-40:]) or "(empty)"
-        siblings = history.children(node.parent) if node.parent is not None else []
+        siblings = kids[node.parent]
         fork = ("└ " if node.id == siblings[-1] else "├ ") if len(siblings) > 1 else ""
         here = node.id == history.current
         style = f"padding-left:{indent}em;white-space:pre;overflow:hidden;text-overflow:ellipsis;cursor:pointer"

@@ -159,9 +159,7 @@ def _context_limit(model: PreTrainedModel) -> int:
 
 
 def _sampling(temperature: float, top_k: int, top_p: float, repetition_penalty: float) -> Sampling:
-    if not isinstance(top_k, bool) and isinstance(top_k, (int, float)) and top_k > MAX_TOP_K:
-        raise ValueError(f"top_k must be at most {MAX_TOP_K} (0 turns it off), got {top_k}")
-    return Sampling(temperature, top_k, top_p, repetition_penalty)
+    return Sampling(temperature, _check_int("top_k", top_k, 0, MAX_TOP_K), top_p, repetition_penalty)
 
 
 @spaces.GPU(duration=30)

@@ -44,8 +44,15 @@ class History:
     def text(self) -> str:
         return self.nodes[self.current].text
 
-    def children(self, node_id: int) -> list[int]:
-        return [n.id for n in self.nodes if n.parent == node_id]
+    def children(self, node_id: int | None) -> list[int]:
+        return self.child_map().get(node_id, [])
+
+    def child_map(self) -> dict[int | None, list[int]]:
+        """Each node's children in creation order (the root is the child of None)."""
+        kids: dict[int | None, list[int]] = {}
+        for n in self.nodes:
+            kids.setdefault(n.parent, []).append(n.id)
+        return kids
 
     def add(self, text: str, kind: str, token_ids: list[int] = (), settings: dict | None = None) -> None:
         """Record reaching `text` by `kind` from the current node (typing without a pause amends it)."""
@@ -93,9 +100,7 @@ class History:
 
     def rows(self) -> list[tuple[Node, int]]:
         """(node, indent) in depth-first order; indent grows only where the tree forks, to stay compact."""
-        kids: dict[int | None, list[int]] = {}
-        for n in self.nodes:
-            kids.setdefault(n.parent, []).append(n.id)
+        kids = self.child_map()
         out: list[tuple[Node, int]] = []
         stack = [(0, 0)]
         while stack:

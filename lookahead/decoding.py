@@ -37,7 +37,6 @@ KEY_MAX = 3  # longest suffix of the output looked up in the n-gram pool
 EMA = 0.7  # weight of the past in the acceptance averages
 
 STEP, JACOBI, NGRAM = "step", "jacobi", "ngram"
-WINDOW = "window"  # the live Jacobi window, whose outputs become its next guesses
 
 
 class NGramPool:
@@ -148,16 +147,17 @@ class _Planner:
         wide = self.last_accepted >= NARROW
         room = WIDE if wide else NARROW
         window = (self.window + [x] * W_MAX)[: min(W_MAX, room)]
-        candidates = [(list(draft), source) for draft, source in pool.drafts(G_MAX if wide else 2, D_MAX)]
+        candidates = [(list(draft), source, False) for draft, source in pool.drafts(G_MAX if wide else 2, D_MAX)]
         window_first = self.window_gain > self.ngram_gain
-        candidates.insert(0 if window_first else len(candidates), (window, WINDOW))
-        chains = []
-        for guess, source in candidates:
+        candidates.insert(0 if window_first else len(candidates), (window, JACOBI, True))
+        chains: list[tuple[list[int], str]] = []
+        window_index = None
+        for guess, source, is_window in candidates:
             if room > 0:
+                window_index = len(chains) if is_window else window_index
                 chains.append((guess[:room], source))
                 room -= len(chains[-1][0])
-        window_index = next((i for i, (_, source) in enumerate(chains) if source == WINDOW), None)
-        return [(guess, JACOBI if source == WINDOW else source) for guess, source in chains], window_index
+        return chains, window_index
 
     def update(self, window_accepted: int | None, ngram_accepted: int | None, accepted: int) -> None:
         if window_accepted is not None:
