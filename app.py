@@ -6,12 +6,15 @@ UI only: every number shown comes from custom_llm_inference. Run with `python ap
 from __future__ import annotations
 
 import html
+import os
 import time
+from collections.abc import Iterator
 
 import gradio as gr
 
 import custom_llm_inference as cli
 from history import History
+from ui.ordering import SessionOrder
 
 SOURCE_LABELS = {"jacobi": "Jacobi window", "ngram": "n-gram draft", "step": "plain step"}
 SOURCE_COLORS = {"Jacobi window": "#a78bfa", "n-gram draft": "#34d399", "plain step": "#e5e7eb"}
@@ -20,6 +23,12 @@ PLOT_TOKENS = 10
 DEFAULT_TEXT = "The old lighthouse keeper climbed the stairs and"
 VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
 PRESET_NAMES = [*cli.PRESETS, "custom"]
+# Every visitor is answered: room for this many waiting events (on a ZeroGPU Space gradio
+# would otherwise let one event wait and turn the rest away with "Queue is full").
+QUEUE_SIZE = 512
+# Events of each group running at once. On ZeroGPU each runs in its own GPU worker, scheduled
+# by ZeroGPU; on one CPU more would only share its cores. LOOKAHEAD_CONCURRENCY overrides.
+CONCURRENCY = int(os.environ.get("LOOKAHEAD_CONCURRENCY") or (8 if cli.on_zero_gpu() else 1))
 
 KEYBOARD_JS = """
 <script>
@@ -296,6 +305,7 @@ def continue_text(text: str, n_tokens: int, lossless: bool, history: History):
         f"{n} tokens in **{passes} forward passes** ({n / passes:.2f} tokens per pass: a {n / passes:.1f}× "
         f"speed-up in passes over one token at a time) · {result['seconds']:.2f} s, "
         f"{n / result['seconds']:.1f} tokens/s"
+        + (" · stopped early to stay within the GPU time it asked for" if result["stopped_for_time"] else "")
     )
     yield history.text, gr.update(value=pieces, visible=True), summary, history
 
@@ -318,10 +328,13 @@ def api_lookahead(
         raise gr.Error(str(error)) from None
 
 
-def api_generate(text: str, max_new_tokens: int = 64, method: str = "lookahead") -> dict:
-    """Continue `text` greedily; "lookahead" gives the same tokens as "greedy" in fewer forward passes."""
+def api_generate(text: str, max_new_tokens: int = 64, method: str = "lookahead") -> Iterator[dict]:
+    """Continue `text` greedily, streaming the growing result after every forward pass.
+
+    "lookahead" gives the same tokens as "greedy" in fewer forward passes; `predict` returns the final result.
+    """
     try:
-        return cli.generate(text, max_new_tokens, method)
+        yield from cli.generate_stream(text, max_new_tokens, method)
     except ValueError as error:
         raise gr.Error(str(error)) from None
 
@@ -400,12 +413,15 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                     n_branches = gr.Slider(1, MAX_BUTTONS, value=5, step=1, label="Branches")
                     depth = gr.Slider(1, 8, value=3, step=1, label="Depth (tokens per branch)")
 
-    # All UI events share one queue, so they run in order: two events that read and write the
-    # history (an import and an update still running) can never overwrite each other's result.
-    private = dict(api_visibility="private", concurrency_id="ui")
+    # A visitor's events run one at a time, in order (ui/ordering.py), so two that read and write
+    # the history (an import and an update still running) never overwrite each other's result;
+    # other visitors' events run meanwhile. Continuations have their own group, so a long one
+    # never holds up anybody's suggestions.
+    ordered = SessionOrder().wrap
+    private = dict(api_visibility="private", concurrency_id="interact")
     sampling_controls = [temperature, top_k, top_p, repetition_penalty, branch_mode]
     suggest_io = dict(
-        fn=suggest,
+        fn=ordered(suggest),
         inputs=[text, history, n_branches, depth, *sampling_controls, seed],
         outputs=[shown, *branch_buttons, plot, status, history, tree, stored_history],
         **private,
@@ -413,7 +429,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
     text.input(trigger_mode="always_last", **suggest_io)
     gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit], **suggest_io)
-    demo.load(restore, [stored_history, history], [text, history], **private).then(**suggest_io)
+    demo.load(ordered(restore), [stored_history, history], [text, history], **private).then(**suggest_io)
     preset.input(apply_preset, preset, sampling_controls, **private).then(**suggest_io)
     gr.on(
         [temperature.release, top_k.release, top_p.release, repetition_penalty.release, branch_mode.input],
@@ -421,32 +437,33 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     ).then(**suggest_io)
     for i, button in enumerate(branch_buttons):
         button.click(
-            lambda t, s, h, i=i: take_branch(i, t, s, h), [text, shown, history], [text, history], **private
+            ordered(lambda t, s, h, i=i: take_branch(i, t, s, h)), [text, shown, history], [text, history], **private
         ).success(**suggest_io)
-    plot.click(force_token, [text, shown, history], [text, history], **private).success(**suggest_io)
-    gr.on([append_button.click, extra.submit], append_text, [text, extra, shown, history],
+    plot.click(ordered(force_token), [text, shown, history], [text, history], **private).success(**suggest_io)
+    gr.on([append_button.click, extra.submit], ordered(append_text), [text, extra, shown, history],
           [text, history, extra], **private).success(**suggest_io)
-    undo_button.click(lambda h: move(h, "undo"), history, [text, history], **private).success(**suggest_io)
-    redo_button.click(lambda h: move(h, "redo"), history, [text, history], **private).success(**suggest_io)
-    tree.select(select_node, history, [text, history], **private).success(**suggest_io)
-    clear_button.click(clear, history, [text, history], **private).then(**suggest_io)
-    export_button.click(lambda h: h.to_json(), history, history_json, **private).then(
+    undo_button.click(ordered(lambda h: move(h, "undo")), history, [text, history], **private).success(**suggest_io)
+    redo_button.click(ordered(lambda h: move(h, "redo")), history, [text, history], **private).success(**suggest_io)
+    tree.select(ordered(select_node), history, [text, history], **private).success(**suggest_io)
+    clear_button.click(ordered(clear), history, [text, history], **private).then(**suggest_io)
+    export_button.click(ordered(lambda h: h.to_json()), history, history_json, **private).then(
         None, history_json, None, js=DOWNLOAD_JS
     )
-    importer.upload(import_history, history, [text, history], **private).success(**suggest_io)
+    importer.upload(ordered(import_history), history, [text, history], **private).success(**suggest_io)
     continue_button.click(
-        continue_text, [text, n_tokens, lossless, history], [text, continuation, continuation_status, history],
-        **private,
+        ordered(continue_text), [text, n_tokens, lossless, history],
+        [text, continuation, continuation_status, history], **{**private, "concurrency_id": "generate"},
     ).success(**suggest_io)
 
-    gr.api(api_lookahead, api_name="lookahead")
-    gr.api(api_generate, api_name="generate")
-    gr.api(api_next_token_distribution, api_name="next_token_distribution")
+    gr.api(api_lookahead, api_name="lookahead", concurrency_id="interact")
+    gr.api(api_generate, api_name="generate", concurrency_id="generate")
+    gr.api(api_next_token_distribution, api_name="next_token_distribution", concurrency_id="interact")
 
 
 def launch(**kwargs):
     """Start the app with its keyboard shortcuts and styles (Gradio 6 takes them at launch)."""
-    return demo.queue(default_concurrency_limit=1).launch(head=KEYBOARD_JS, css=CSS, **kwargs)
+    queued = demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=CONCURRENCY)
+    return queued.launch(head=KEYBOARD_JS, css=CSS, **kwargs)
 
 
 if __name__ == "__main__":

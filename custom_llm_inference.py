@@ -1,7 +1,10 @@
 """Public inference API: next-token distribution and cached lookahead branches for a text.
 
 Everything here takes and returns plain, JSON- and pickle-safe data, so the same functions
-serve the Gradio UI, `gradio_client` callers and ZeroGPU workers (`@spaces.GPU`).
+serve the Gradio UI, `gradio_client` callers and ZeroGPU workers. Each public function
+checks its arguments first, in the calling process, and only then enters `_on_gpu`, the
+one `@spaces.GPU` function: on ZeroGPU an exception raised inside a GPU worker reaches
+the visitor as its class name alone, and a refused request should cost no GPU time.
 The tensor-level pieces live in the `lookahead` package:
   lookahead/models.py        which model, loaded how (embedded offline default)
   lookahead/branches.py      top-k branches over one shared KV cache (tree attention)
@@ -16,9 +19,9 @@ from __future__ import annotations
 
 import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisation
 
-import os
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 import torch
@@ -27,7 +30,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from lookahead.branches import Lookahead, get_lookahead_sequences
 from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.healing import allowed_first_tokens, split_for_healing
-from lookahead.models import default_model_name, load_model
+from lookahead.models import default_model_name, load_model, on_zero_gpu
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.sampling import BRANCH_MODES, PLAIN, PRESETS, Sampling, ranked
 
@@ -42,9 +45,11 @@ __all__ = [
     "generate",
     "generate_stream",
     "get_lookahead_sequences",
+    "gpu_seconds",
     "load_model",
     "lookahead",
     "next_token_distribution",
+    "on_zero_gpu",
     "prefix_caches",
 ]
 
@@ -55,19 +60,32 @@ MAX_NEW_TOKENS = 1024
 MAX_TEXT_CHARS = 1_000_000  # far past any model's context; keeps tokenizing a pasted book bounded
 GENERATION_METHODS = {"greedy": greedy_passes, "lookahead": lookahead_passes}
 
+# GPU time asked of ZeroGPU per call (before its duration factor, 1.5 on current hardware).
+# The request is checked against the visitor's remaining quota (~2 minutes for an anonymous
+# visitor) before anything runs, so ask for what a call needs, not a safe maximum.
+INTERACTION_GPU_SECONDS = 10  # a lookahead or distribution: well under a second of work
+GENERATE_GPU_SECONDS = 4.0  # a continuation: the prompt's pass and start-up ...
+GENERATE_GPU_SECONDS_PER_TOKEN = 0.015  # ... plus this per new token (MAX_NEW_TOKENS: 19.4 s)
+
 prefix_caches = PrefixCacheStore()
 
-if os.environ.get("SPACE_ID"):
+if on_zero_gpu():
     # ZeroGPU wants the model loaded (and moved to CUDA) at import time, outside GPU functions.
     load_model()
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or int(value) != value:
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if not low <= value <= high:
         raise ValueError(f"{name} must be between {low} and {high}, got {value}")
     return int(value)
+
+
+def _check_choice(name: str, value: object, choices: Iterable[str]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
+    return value
 
 
 def _check_text(text: object) -> str:
@@ -77,7 +95,52 @@ def _check_text(text: object) -> str:
         raise ValueError("text is empty: type something to see what could come next")
     if len(text) > MAX_TEXT_CHARS:
         raise ValueError(f"text is too long: {len(text):,} characters, the limit is {MAX_TEXT_CHARS:,}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"text has a lone surrogate (U+{ord(text[error.start]):04X}) at character {error.start}: "
+            "half of a character that was split; send the whole character"
+        ) from None
     return text
+
+
+def _check_model_name(model_name: object) -> str | None:
+    if model_name is not None and (not isinstance(model_name, str) or not model_name):
+        raise ValueError(f"model_name must be a model's name or None, got {model_name!r}")
+    return model_name
+
+
+def gpu_seconds(task: str, request: dict) -> float:
+    """The GPU duration `_on_gpu(task, request)` asks ZeroGPU for."""
+    if task == "generate":
+        return GENERATE_GPU_SECONDS + GENERATE_GPU_SECONDS_PER_TOKEN * request["max_new_tokens"]
+    return INTERACTION_GPU_SECONDS
+
+
+@spaces.GPU(duration=gpu_seconds)
+def _on_gpu(task: str, request: dict) -> Iterator[dict]:
+    """Run one checked request; everything that touches the model runs here.
+
+    One entry point, a generator (Continue streams): spaces keeps one worker pool per
+    decorated function, so every endpoint's calls land in the same workers and share
+    their session caches. Off ZeroGPU the decorator changes nothing.
+    """
+    if task == "generate":
+        yield from _generation(**request)
+    elif task == "lookahead":
+        yield _lookahead(**request)
+    elif task == "distribution":
+        yield _next_tokens(**request)
+    else:
+        raise ValueError(f"unknown task {task!r}")
+
+
+def _last(results: Iterator[dict]) -> dict:
+    result: dict = {}
+    for result in results:
+        pass
+    return result
 
 
 def _distribution(run: _Run, sampling: Sampling, k: int, ids: list[int] | None = None) -> list[dict]:
@@ -162,7 +225,6 @@ def _sampling(temperature: float, top_k: int, top_p: float, repetition_penalty: 
     return Sampling(temperature, _check_int("top_k", top_k, 0, MAX_TOP_K), top_p, repetition_penalty)
 
 
-@spaces.GPU(duration=30)
 def next_token_distribution(
     text: str,
     k: int = 10,
@@ -182,13 +244,20 @@ def next_token_distribution(
     filter (0 = off). Text ending in whitespace is token-healed (lookahead/healing.py):
     the whitespace is backed up and only tokens starting with it are allowed, renormalised.
     """
-    text = _check_text(text)
-    k = _check_int("k", k, 1, MAX_TOP_K)
-    sampling = _sampling(temperature, top_k, top_p, repetition_penalty)
-    return _distribution(_run(text, 1, 1, session, model_name), sampling, k)
+    request = dict(
+        text=_check_text(text),
+        k=_check_int("k", k, 1, MAX_TOP_K),
+        sampling=_sampling(temperature, top_k, top_p, repetition_penalty),
+        session=str(session),
+        model_name=_check_model_name(model_name),
+    )
+    return _last(_on_gpu("distribution", request))["distribution"]
 
 
-@spaces.GPU(duration=60)
+def _next_tokens(text: str, k: int, sampling: Sampling, session: str, model_name: str | None) -> dict:
+    return {"distribution": _distribution(_run(text, 1, 1, session, model_name), sampling, k)}
+
+
 def lookahead(
     text: str,
     n_branches: int = 5,
@@ -214,13 +283,23 @@ def lookahead(
     whitespace is already part of `text`). `session` keys the KV cache that later calls
     of the same writer reuse.
     """
-    text = _check_text(text)
-    n_branches = _check_int("n_branches", n_branches, 1, MAX_BRANCHES)
-    depth = _check_int("depth", depth, 1, MAX_DEPTH)
-    sampling = _sampling(temperature, top_k, top_p, repetition_penalty)
-    if branch_mode not in BRANCH_MODES:
-        raise ValueError(f"branch_mode must be one of {list(BRANCH_MODES)}, got {branch_mode!r}")
-    seed = _check_int("seed", seed, 0, 2**63 - 1)
+    request = dict(
+        text=_check_text(text),
+        n_branches=_check_int("n_branches", n_branches, 1, MAX_BRANCHES),
+        depth=_check_int("depth", depth, 1, MAX_DEPTH),
+        sampling=_sampling(temperature, top_k, top_p, repetition_penalty),
+        branch_mode=_check_choice("branch_mode", branch_mode, BRANCH_MODES),
+        seed=_check_int("seed", seed, 0, 2**63 - 1),
+        session=str(session),
+        model_name=_check_model_name(model_name),
+    )
+    return _last(_on_gpu("lookahead", request))
+
+
+def _lookahead(
+    text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
+    model_name: str | None,
+) -> dict:
     run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed)
     sequences = run.result.sequences.tolist()
     texts = run.tokenizer.batch_decode(sequences, clean_up_tokenization_spaces=False)
@@ -244,11 +323,10 @@ def _eos_ids(model: PreTrainedModel) -> set[int]:
     return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
 
 
-def _generation(text: str, max_new_tokens: int, method: str, model_name: str | None) -> Iterator[dict]:
-    text = _check_text(text)
-    max_new_tokens = _check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS)
-    if method not in GENERATION_METHODS:
-        raise ValueError(f"method must be one of {sorted(GENERATION_METHODS)}, got {method!r}")
+def _generation(
+    text: str, max_new_tokens: int, method: str, model_name: str | None, time_limit: float | None
+) -> Iterator[dict]:
+    """The growing continuation after every pass; stops at EOS, `max_new_tokens` or `time_limit` seconds."""
     model, tokenizer = load_model(model_name)
     ids = tokenizer(text)["input_ids"]
     dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
@@ -267,30 +345,46 @@ def _generation(text: str, max_new_tokens: int, method: str, model_name: str | N
             decoded = longer
         sources += step.sources
         accepted.append(len(step.tokens))
+        seconds = time.perf_counter() - start
+        out_of_time = time_limit is not None and seconds > time_limit
         yield {
             "text": decoded,
             "token_ids": list(new_ids),
             "token_texts": list(pieces),
             "forward_passes": len(accepted),
             "tokens_per_pass": len(new_ids) / len(accepted),
-            "seconds": time.perf_counter() - start,
+            "seconds": seconds,
             "accepted_per_pass": list(accepted),
             "draft_source_per_token": list(sources),
             "method": method,
             "model": model_name or default_model_name(),
             "truncated_tokens": dropped,
+            "stopped_for_time": out_of_time,
         }
+        if out_of_time:
+            return
 
 
-@spaces.GPU(duration=120)
+def _generation_request(text: object, max_new_tokens: object, method: object, model_name: object) -> dict:
+    request = dict(
+        text=_check_text(text),
+        max_new_tokens=_check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS),
+        method=_check_choice("method", method, GENERATION_METHODS),
+        model_name=_check_model_name(model_name),
+    )
+    # On ZeroGPU a task that outlives its requested duration may be aborted, losing everything:
+    # stop a little before it instead, and say so.
+    request["time_limit"] = 0.9 * gpu_seconds("generate", request) if on_zero_gpu() else None
+    return request
+
+
 def generate_stream(
     text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None
 ) -> Iterator[dict]:
     """`generate`'s result after every forward pass, growing, for streaming into the UI."""
-    yield from _generation(text, max_new_tokens, method, model_name)
+    yield from _on_gpu("generate", _generation_request(text, max_new_tokens, method, model_name))
 
 
-@spaces.GPU(duration=120)
 def generate(
     text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None
 ) -> dict:
@@ -301,9 +395,7 @@ def generate(
     "token_texts" (each token's piece of "text"), "forward_passes" (the prompt's pass
     included, which gives the first token), "tokens_per_pass", "seconds", "accepted_per_pass",
     "draft_source_per_token" ("step", "jacobi" or "ngram"), "method", "model",
-    "truncated_tokens"}.
+    "truncated_tokens", "stopped_for_time" (on ZeroGPU: stopped early to stay inside the
+    GPU time it asked for)}.
     """
-    result: dict = {}
-    for result in _generation(text, max_new_tokens, method, model_name):
-        pass
-    return result
+    return _last(generate_stream(text, max_new_tokens, method, model_name=model_name))

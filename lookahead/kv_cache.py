@@ -2,9 +2,14 @@
 
 transformers' DynamicCache appends with torch.cat, which copies the whole cache of every
 layer on every forward: at 4k tokens that is ~190 MB per forward for the embedded model,
-more than the attention itself. Here each layer keeps a buffer with spare capacity
-(doubling when full); the cache is a prefix view of it, so appending writes only the new
-entries and cropping just shortens the view.
+more than the attention itself. Here each layer keeps a buffer with spare capacity; the
+cache is a prefix view of it, so appending writes only the new entries and cropping just
+shortens the view.
+
+A full buffer grows by an eighth (at least a chunk of tokens), not by doubling: the
+session store's memory budget counts buffers, spare room included, so doubling would let
+an 8k-token session hold twice its data. An eighth keeps the spare room to ~12% while
+still copying the cache only O(log n) times as it grows.
 """
 
 from __future__ import annotations
@@ -13,7 +18,13 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-MIN_CAPACITY = 256
+CHUNK_TOKENS = 256  # buffers hold a whole number of chunks
+GROWTH = 1.125  # a full buffer grows to this many times what it must hold
+
+
+def capacity_for(tokens: int) -> int:
+    """Buffer length for `tokens` entries: an eighth more, rounded up to whole chunks."""
+    return -(-int(tokens * GROWTH) // CHUNK_TOKENS) * CHUNK_TOKENS
 
 
 class GrowableLayer(DynamicLayer):
@@ -35,7 +46,7 @@ class GrowableLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         n, q = self.get_seq_length(), key_states.shape[-2]
         if not self._has_room(n, q, key_states):
-            capacity = max(MIN_CAPACITY, 2 * (n + q))
+            capacity = capacity_for(n + q)
             keys = key_states.new_empty(*key_states.shape[:-2], capacity, key_states.shape[-1])
             values = value_states.new_empty(*value_states.shape[:-2], capacity, value_states.shape[-1])
             if n:

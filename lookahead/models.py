@@ -46,6 +46,30 @@ def default_model_name() -> str:
     return EMBEDDED_MODEL
 
 
+def on_zero_gpu() -> bool:
+    """A ZeroGPU Space: the model must be loaded (and moved to CUDA) at import time."""
+    return os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def dtype() -> torch.dtype:
+    """`LOOKAHEAD_DTYPE` (float32, bfloat16 or float16), else float32 on every device.
+
+    float32 because the app promises exact results: lookahead decoding equals greedy, and the
+    probabilities equal a plain transformers pass. In bf16 a pass over several tokens rounds
+    differently from a pass over one (other kernel shapes), which flips near-tied choices.
+    Memory is not the limit (SmolLM2-1.7B in fp32 is ~7 GB of a ZeroGPU slice's ~70 GB); reading
+    7 GB per pass at ~2 TB/s is ~3.5 ms, next to ~20 ms of per-layer launch overhead in an
+    eager forward (an estimate: no GPU has measured it for this project yet).
+    """
+    name = os.environ.get("LOOKAHEAD_DTYPE", "float32")
+    if name not in DTYPES:
+        raise ValueError(f"LOOKAHEAD_DTYPE must be one of {sorted(DTYPES)}, got {name!r}")
+    return DTYPES[name]
+
+
 def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -108,15 +132,14 @@ def embedded_model_dir() -> Path:
 def load_model(name: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) for `name` (Hub id or local folder), loaded once per name.
 
-    fp32 on CPU (exactness: the tests compare logits to 1e-4), bf16 on CUDA (speed).
+    In `dtype()` (fp32 unless configured), on CUDA where there is one.
     """
     name = name or default_model_name()
     with _load_lock:
         if name not in _loaded:
             source = embedded_model_dir() if name == EMBEDDED_MODEL else name
-            dtype = torch.bfloat16 if device().type == "cuda" else torch.float32
             tokenizer = AutoTokenizer.from_pretrained(source)
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device()).eval()
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype()).to(device()).eval()
             if device().type == "cpu":
                 use_skinny_linears(model)
             _loaded[name] = (model, tokenizer)

@@ -4,9 +4,10 @@ Each session keeps the token ids it last scored and their KV cache. The next req
 reuses the longest common token prefix (cropping the rest) and runs only the new tail.
 An entry is taken out of the store while it is in use, so two concurrent requests of
 one session never share a cache (the second simply starts cold). Memory is bounded by
-an LRU over sessions with a cap on the entries' count and total bytes. The store is an
-optimisation only: a cold start gives identical results (as on ZeroGPU, where each call
-runs in a fresh worker).
+an LRU over sessions within a byte budget (buffers' spare room included), sized from
+the device's memory unless `LOOKAHEAD_CACHE_GB` says otherwise: a count of sessions
+would evict a crowd of short texts as readily as a few long ones. The store is an
+optimisation only: a cold start gives identical results.
 
 An entry may also hold continuations whose KV is already known (the lookahead branches'
 tokens, computed in the branch tree): when the new tokens start with one of them, its
@@ -15,6 +16,7 @@ KV is appended instead of recomputed.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
@@ -36,10 +38,29 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+BUDGET_SHARE = 0.25  # of the device's memory, for session caches, unless LOOKAHEAD_CACHE_GB is set
+
+
+def default_budget_bytes(device: torch.device) -> int:
+    """`LOOKAHEAD_CACHE_GB`, else a quarter of the GPU's memory (CUDA) or of the machine's (CPU)."""
+    if os.environ.get("LOOKAHEAD_CACHE_GB"):
+        return int(float(os.environ["LOOKAHEAD_CACHE_GB"]) * 1024**3)
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+    else:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return int(BUDGET_SHARE * total)
+
+
 class PrefixCacheStore:
-    def __init__(self, max_sessions: int = 16, max_bytes: int = 2 * 1024**3):
-        self.max_sessions = max_sessions
+    """Session key -> (token ids, their KV cache, known continuations), LRU within `max_bytes`.
+
+    `max_bytes=None` sizes the budget on first use from the device the caches live on.
+    """
+
+    def __init__(self, max_bytes: int | None = None):
         self.max_bytes = max_bytes
+        self.hits = self.misses = 0  # takes that reused a prefix / started cold
         self._entries: OrderedDict[Hashable, tuple[tuple[int, ...], DynamicCache, list[Continuation]]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -47,12 +68,12 @@ class PrefixCacheStore:
         """A cache holding the longest reusable prefix of `token_ids` (always leaving one token to run), and its length."""
         with self._lock:
             entry = self._entries.pop(key, None)
-        if entry is None:
-            return GrowableCache(), 0
-        cached_ids, cache, continuations = entry
-        reused = min(common_prefix_length(cached_ids, token_ids), len(token_ids) - 1)
+            reused = 0 if entry is None else min(common_prefix_length(entry[0], token_ids), len(token_ids) - 1)
+            self.hits += reused > 0
+            self.misses += reused == 0
         if reused == 0:
             return GrowableCache(), 0
+        cached_ids, cache, continuations = entry
         if reused < len(cached_ids):
             cache.crop(reused - len(cached_ids))
         elif continuations:
@@ -63,12 +84,16 @@ class PrefixCacheStore:
         self, key: Hashable, token_ids: Sequence[int], cache: DynamicCache, continuations: Sequence[Continuation] = ()
     ) -> None:
         with self._lock:
+            if self.max_bytes is None and cache.layers:
+                self.max_bytes = default_budget_bytes(cache.layers[0].keys.device)
             self._entries[key] = (tuple(token_ids), cache, list(continuations))
             self._entries.move_to_end(key)
-            while len(self._entries) > self.max_sessions or (
-                len(self._entries) > 1 and sum(allocated_bytes(c) for _, c, _ in self._entries.values()) > self.max_bytes
-            ):
+            while len(self._entries) > 1 and self.bytes() > (self.max_bytes or 0):
                 self._entries.popitem(last=False)
+
+    def bytes(self) -> int:
+        """Memory the stored caches hold (their spare room included)."""
+        return sum(allocated_bytes(cache) for _, cache, _ in self._entries.values())
 
     def clear(self) -> None:
         with self._lock:

@@ -8,6 +8,7 @@ show) and continue either greedily or by sampling from p_final with a seeded gen
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import torch
@@ -20,8 +21,9 @@ from transformers import (
 )
 
 BRANCH_MODES = ("greedy", "sample")
-MAX_TEMPERATURE = 5.0
-MAX_REPETITION_PENALTY = 5.0
+# Inclusive ranges. Temperature and repetition penalty divide the logits: far below 0.01 a
+# logit overflows float32 to inf, and p_final becomes NaN (1e-45 did, before this bound).
+LIMITS = {"temperature": (0.01, 5.0), "top_p": (0.01, 1.0), "repetition_penalty": (0.01, 5.0)}
 
 
 @dataclass(frozen=True)
@@ -34,17 +36,19 @@ class Sampling:
     repetition_penalty: float = 1.0  # 1: off
 
     def __post_init__(self) -> None:
-        for name, low, high in [
-            ("temperature", 0.0, MAX_TEMPERATURE),
-            ("top_p", 0.0, 1.0),
-            ("repetition_penalty", 0.0, MAX_REPETITION_PENALTY),
-        ]:
+        for name, (low, high) in LIMITS.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value <= high:
-                raise ValueError(f"{name} must be a number above {low:g} and at most {high:g}, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise ValueError(f"{name} must be a number from {low:g} to {high:g}, got {value!r}")
             object.__setattr__(self, name, float(value))
         top_k = self.top_k
-        if isinstance(top_k, bool) or not isinstance(top_k, (int, float)) or int(top_k) != top_k or top_k < 0:
+        if (
+            isinstance(top_k, bool)
+            or not isinstance(top_k, (int, float))
+            or not math.isfinite(top_k)
+            or int(top_k) != top_k
+            or top_k < 0
+        ):
             raise ValueError(f"top_k must be a whole number, 0 (off) or more, got {top_k!r}")
         object.__setattr__(self, "top_k", int(top_k))
 

@@ -3,7 +3,7 @@
 import torch
 from transformers import DynamicCache
 
-from lookahead.kv_cache import GrowableCache
+from lookahead.kv_cache import CHUNK_TOKENS, GrowableCache, allocated_bytes, capacity_for
 
 
 def kv(values):
@@ -29,6 +29,14 @@ def test_growing_past_the_capacity_keeps_the_contents():
     for start in range(0, 600, 50):
         cache.update(*kv(values[start : start + 50]), 0)
     assert cache.layers[0].keys.flatten().tolist() == values
+
+
+def test_buffers_grow_by_an_eighth_in_whole_chunks():
+    assert capacity_for(1) == CHUNK_TOKENS
+    assert capacity_for(8192) == 9216  # 8192 * 1.125, already whole chunks
+    cache = GrowableCache()
+    cache.update(*kv(list(range(8192))), 0)
+    assert allocated_bytes(cache) == 2 * 9216 * 4, "keys and values, fp32, an eighth spare"
 
 
 def test_keep_cuts_to_a_prefix_plus_chosen_entries():

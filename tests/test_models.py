@@ -17,6 +17,16 @@ def test_default_model_follows_the_environment(monkeypatch):
     assert models.default_model_name() == "/models/mine"
 
 
+def test_float32_unless_configured(monkeypatch):
+    monkeypatch.delenv("LOOKAHEAD_DTYPE", raising=False)
+    assert models.dtype() == torch.float32
+    monkeypatch.setenv("LOOKAHEAD_DTYPE", "bfloat16")
+    assert models.dtype() == torch.bfloat16
+    monkeypatch.setenv("LOOKAHEAD_DTYPE", "fp8")
+    with pytest.raises(ValueError, match="LOOKAHEAD_DTYPE must be one of"):
+        models.dtype()
+
+
 def test_embedded_model_converts_into_a_plain_folder_with_the_same_weights(tmp_path, monkeypatch, embedded):
     monkeypatch.setenv("LOOKAHEAD_CACHE_DIR", str(tmp_path))
     folder = models.embedded_model_dir()

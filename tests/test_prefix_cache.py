@@ -1,10 +1,12 @@
 """The session store: prefix reuse and its memory bounds."""
 
+import os
+
 import torch
 from transformers import DynamicCache
 
 from lookahead.kv_cache import allocated_bytes
-from lookahead.prefix_cache import PrefixCacheStore, common_prefix_length
+from lookahead.prefix_cache import PrefixCacheStore, common_prefix_length, default_budget_bytes
 
 
 def fake_cache(n_tokens: int, width: int = 8) -> DynamicCache:
@@ -44,17 +46,26 @@ def test_an_entry_in_use_is_not_handed_out_twice():
     assert store.take("s", [1, 2, 3, 4])[1] == 0
 
 
-def test_lru_bounds_sessions_and_bytes():
-    store = PrefixCacheStore(max_sessions=2)
-    for key in "abc":
-        store.put(key, [1, 2], fake_cache(2))
-    assert len(store) == 2 and store.take("a", [1, 2, 3])[1] == 0
+def test_lru_keeps_the_sessions_that_fit_the_byte_budget():
     one = allocated_bytes(fake_cache(10))
     store = PrefixCacheStore(max_bytes=int(2.5 * one))
     for key in "abcd":
         store.put(key, list(range(10)), fake_cache(10))
     assert len(store) == 2
     assert store.take("d", list(range(11)))[1] == 10
+    assert store.take("a", list(range(11)))[1] == 0, "the least recently used went first"
+    assert (store.hits, store.misses) == (1, 1)
+
+
+def test_the_default_budget_is_a_share_of_memory_or_the_configured_size(monkeypatch):
+    monkeypatch.delenv("LOOKAHEAD_CACHE_GB", raising=False)
+    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert default_budget_bytes(torch.device("cpu")) == int(0.25 * machine)
+    monkeypatch.setenv("LOOKAHEAD_CACHE_GB", "1.5")
+    assert default_budget_bytes(torch.device("cpu")) == int(1.5 * 1024**3)
+    store = PrefixCacheStore()
+    store.put("a", [1, 2], fake_cache(2))
+    assert store.max_bytes == int(1.5 * 1024**3)
 
 
 def test_a_known_continuation_is_appended_instead_of_recomputed():

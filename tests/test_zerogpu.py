@@ -1,0 +1,198 @@
+"""The Space path: app.py served under ZeroGPU emulation (tests/zerogpu_space.py), driven as visitors do.
+
+Everything but the device manager is real: `spaces` in ZeroGPU mode forks GPU workers and
+pickles what crosses, and gradio applies its ZeroGPU defaults. Answers must equal the plain
+CPU engine's in this process.
+"""
+
+import concurrent.futures
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+import custom_llm_inference as cli
+
+ROOT = Path(__file__).resolve().parents[1]
+DURATION_FACTOR = 1.5  # ZeroGPU's current hardware, as the emulation reports it
+CROWD = 24
+
+
+@pytest.fixture(scope="module")
+def space(tmp_path_factory, embedded):
+    """(url, log path): the emulated Space, and the file where its scheduler logs every GPU request."""
+    log = tmp_path_factory.mktemp("zerogpu") / "schedule.jsonl"
+    log.touch()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOKAHEAD_MODEL", "SPACE_ID")}
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), str(port), str(log)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+    )
+    output = []
+    for line in server.stdout:
+        output.append(line)
+        if line.startswith("SERVING "):
+            break
+    else:
+        pytest.fail("the emulated Space did not start:\n" + "".join(output))
+    threading.Thread(target=server.stdout.read, daemon=True).start()  # keep its pipe drained
+    yield line.split()[1], log
+    os.killpg(server.pid, signal.SIGKILL)  # the server and its forked GPU workers
+    server.wait()
+
+
+def scheduled(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def branch_ids(result: dict) -> list[list[int]]:
+    return [b["token_ids"] for b in result["branches"]]
+
+
+def test_a_crowd_of_visitors_is_served_with_the_plain_cpu_answers(space):
+    url, _ = space
+    texts = [f"Visitor {i} writes a story about a {animal} who" for i, animal in enumerate(
+        ["fox", "whale", "crow", "mole", "horse", "snail"] * (CROWD // 6))]
+    expected = {t: cli.lookahead(t, 3, 3, session="expected") for t in texts}
+    start = threading.Barrier(CROWD)
+
+    def visit(text: str) -> tuple[dict, dict]:
+        visitor = Client(url, verbose=False)
+        start.wait()  # all at the same moment
+        first = visitor.predict(text, 3, 3, api_name="/lookahead")
+        taken = text + first["branches"][0]["text"]
+        return first, visitor.predict(taken, 3, 3, api_name="/lookahead")
+
+    with concurrent.futures.ThreadPoolExecutor(CROWD) as pool:
+        answers = list(pool.map(visit, texts))
+    assert len(answers) == CROWD, "every visitor answered, none turned away"
+    for text, (first, second) in zip(texts, answers):
+        assert branch_ids(first) == branch_ids(expected[text])
+        for got, want in zip(first["distribution"], expected[text]["distribution"]):
+            assert got["token_id"] == want["token_id"] and got["prob"] == pytest.approx(want["prob"], abs=1e-4)
+        taken = text + first["branches"][0]["text"]
+        assert branch_ids(second) == branch_ids(cli.lookahead(taken, 3, 3, session="expected"))
+
+
+BAD_REQUESTS = [
+    ("/lookahead", ("",), {}),
+    ("/lookahead", ("ok", 0), {}),
+    ("/lookahead", ("ok", 5, 3), {"temperature": 1e-45}),
+    ("/lookahead", ("ok", 5, 3), {"temperature": 1e-45, "branch_mode": "sample"}),
+    ("/lookahead", ("ok", 5, 3), {"repetition_penalty": 1e-45}),
+    ("/lookahead", ("ok", 5, 3), {"branch_mode": "beam"}),
+    ("/lookahead", ("ok", 5, 3), {"seed": -1}),
+    ("/next_token_distribution", ("ok", 500), {}),
+    ("/next_token_distribution", ("ok", 5), {"top_p": 0}),
+    ("/generate", ("ok", 0), {}),
+    ("/generate", ("ok", 8, "beam"), {}),
+]
+LOCAL = {"/lookahead": cli.lookahead, "/next_token_distribution": cli.next_token_distribution,
+         "/generate": cli.generate}
+
+
+@pytest.mark.parametrize("endpoint, args, kwargs", BAD_REQUESTS)
+def test_bad_input_keeps_its_message_and_asks_for_no_gpu(space, endpoint, args, kwargs):
+    url, log = space
+    with pytest.raises(ValueError) as local:
+        LOCAL[endpoint](*args, **kwargs)
+    before = len(scheduled(log))
+    with pytest.raises(Exception) as remote:
+        Client(url, verbose=False).predict(*args, **kwargs, api_name=endpoint)
+    assert str(local.value) in str(remote.value)
+    assert "ZeroGPU worker error" not in str(remote.value)
+    assert len(scheduled(log)) == before, "a refused request schedules no GPU"
+
+
+def test_a_lone_surrogate_gets_a_clear_message(space):
+    """Browsers can send half a character; JSON carries it as an escape gradio_client cannot send."""
+    url, log = space
+    before = len(scheduled(log))
+    body = json.dumps({"data": ["ok\ud800", 3, 2, 1.0, 0, 1.0, 1.0, "greedy", 0]}).encode()
+    post = urllib.request.Request(f"{url}gradio_api/call/lookahead", body, {"Content-Type": "application/json"})
+    event_id = json.load(urllib.request.urlopen(post, timeout=30))["event_id"]
+    stream = urllib.request.urlopen(f"{url}gradio_api/call/lookahead/{event_id}", timeout=60).read().decode()
+    assert "event: error" in stream and "lone surrogate (U+D800)" in stream
+    assert len(scheduled(log)) == before
+
+
+def test_continue_streams_the_greedy_text_and_asks_for_what_it_needs(space):
+    url, log = space
+    text = "Monday, Tuesday, Wednesday,"
+    before = len(scheduled(log))
+    job = Client(url, verbose=False).submit(text, 24, "lookahead", api_name="/generate")
+    updates = list(job)
+    assert len(updates) > 2, "the continuation streams, pass by pass"
+    lengths = [len(u["token_ids"]) for u in updates]
+    assert lengths == sorted(lengths) and lengths[0] >= 1
+    final = updates[-1]
+    greedy = cli.generate(text, 24, "greedy")["token_ids"]
+    assert final["token_ids"] == greedy[: len(final["token_ids"])]
+    assert final["stopped_for_time"] or final["token_ids"] == greedy
+    (request,) = scheduled(log)[before:]
+    assert request["seconds"] == int(cli.gpu_seconds("generate", {"max_new_tokens": 24})) * DURATION_FACTOR
+
+
+def test_requested_durations_fit_an_anonymous_visitors_quota(space):
+    url, log = space
+    visitor = Client(url, verbose=False)
+    before = len(scheduled(log))
+    visitor.predict("The capital of France is", 3, api_name="/next_token_distribution")
+    visitor.predict("The capital of France is", 3, 2, api_name="/lookahead")
+    requests = scheduled(log)[before:]
+    assert [r["seconds"] for r in requests] == [cli.INTERACTION_GPU_SECONDS * DURATION_FACTOR] * 2
+    assert cli.INTERACTION_GPU_SECONDS <= 10
+    largest = cli.gpu_seconds("generate", {"max_new_tokens": cli.MAX_NEW_TOKENS})
+    assert largest * DURATION_FACTOR <= 30
+
+
+def test_one_gpu_entry_point_so_endpoints_share_the_session_cache(space):
+    url, log = space
+    visitor = Client(url, verbose=False)
+    text = "A lighthouse keeper kept a diary, and on the first page he wrote"
+    visitor.predict(text, 3, api_name="/next_token_distribution")
+    result = visitor.predict(text + " that", 3, 2, api_name="/lookahead")
+    assert result["reused_tokens"] > 0, "the lookahead reused the KV cache the distribution left in the worker"
+    assert len({r["task_id"] for r in scheduled(log)}) == 1, "every endpoint enters the same GPU function"
+
+
+def test_the_page_works_while_a_crowd_calls_the_api(space):
+    from playwright.sync_api import sync_playwright
+
+    from test_browser import CHROMIUM, CHROMIUM_ARGS, expect_suggestions_for, type_text
+
+    url, _ = space
+    crowd_done = threading.Event()
+
+    def crowd():
+        def visit(i):
+            return Client(url, verbose=False).predict(f"Meanwhile visitor {i} asks", 3, 2, api_name="/lookahead")
+        with concurrent.futures.ThreadPoolExecutor(CROWD) as pool:
+            assert all(r["branches"] for r in pool.map(visit, range(CROWD)))
+        crowd_done.set()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(url)
+        background = threading.Thread(target=crowd)
+        background.start()
+        text = "The page keeps working under ZeroGPU and"
+        type_text(page, text)
+        shown = expect_suggestions_for(page, text)
+        page.locator("#branch-1").click()
+        expect_suggestions_for(page, text + shown["branches"][1]["text"])
+        background.join()
+        browser.close()
+    assert crowd_done.is_set()

@@ -1,0 +1,99 @@
+"""Serve app.py as a ZeroGPU Space does, on this CPU: `python tests/zerogpu_space.py PORT LOG`.
+
+The real `spaces` package runs in ZeroGPU mode: its import-time CUDA emulation (the model
+is "moved to CUDA" at import and packed off), a forked worker process per GPU task,
+arguments and results pickled across, and gradio's ZeroGPU defaults. Only the device
+manager is stubbed: scheduling (which also writes every request to LOG as a JSON line),
+allow/release, the start-up report, and the worker's CUDA init and tensor move (each
+fake CUDA tensor is pointed back at its CPU original). The hardware reads as the current
+ZeroGPU model, so requested durations carry its 1.5 factor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.update(
+    SPACES_ZERO_GPU="true",
+    SPACES_ZERO_DEVICE_API_URL="http://127.0.0.1:9/never-called",  # every call to it is stubbed
+    ZEROGPU_OFFLOAD_DIR=tempfile.mkdtemp(prefix="zerogpu-offload-"),
+    GRADIO_ANALYTICS_ENABLED="False",
+    HF_HUB_DISABLE_TELEMETRY="1",
+    HF_HUB_OFFLINE="1",
+)
+CURRENT_HARDWARE = "NVIDIA RTX PRO 6000 Blackwell Server Edition"  # spaces' configs.json: duration_factor 1.5
+
+import torch  # noqa: E402
+
+
+def not_in_bad_fork() -> bool:
+    """Stands in for torch.cuda._is_in_bad_fork; spaces sends it to a process pool, so it must pickle."""
+    return False
+
+
+# What a CUDA build of torch has and this CPU wheel lacks, as far as spaces looks.
+torch.version.cuda = "12.8"
+torch._C._cuda_init = lambda: None
+torch.cuda._is_in_bad_fork = not_in_bad_fork
+
+import spaces  # noqa: E402,F401  (ZeroGPU mode: patches torch's CUDA at import)
+from spaces.zero import api, client, config  # noqa: E402
+from spaces.zero import torch as zero_torch  # noqa: E402
+from spaces.zero.torch import patching  # noqa: E402
+
+config._read_gpu_information = lambda: f"Model: {CURRENT_HARDWARE}\n"
+config.get_config.cache_clear()  # spaces read the (absent) driver files at import
+
+LOG = Path(sys.argv[2])
+_lock = threading.Lock()
+_busy: set[int] = set()  # emulated GPUs running a task; each concurrent task gets its own, as on ZeroGPU
+_tokens: dict[str, int] = {}
+
+
+def schedule(task_id, request=None, duration=None, gpu_size=None, _first_attempt=True):
+    seconds = client.get_duration_seconds(duration, gpu_size)
+    with _lock:
+        index = min(set(range(len(_busy) + 1)) - _busy)
+        _busy.add(index)
+        token = f"allow-{len(_tokens)}"
+        _tokens[token] = index
+        with LOG.open("a") as log:
+            log.write(json.dumps({"task_id": task_id, "seconds": seconds, "gpu": index}) + "\n")
+    return api.ScheduleResponse(idle=True, nvidiaIndex=index, nvidiaUUID=f"GPU-emulated-{index}", allowToken=token)
+
+
+def release(allow_token, *, fail=False, allow_404=False):
+    with _lock:
+        _busy.discard(_tokens.pop(allow_token, None))
+
+
+client.schedule = schedule
+client.release = release
+client.allow = lambda allow_token: None
+client.startup_report = lambda: None
+zero_torch.init = lambda nvidia_uuid: None
+
+import app  # noqa: E402  (loads the model at import and "moves" it to CUDA, as ZeroGPU requires)
+
+originals = {fake: original for fake, original in patching.cuda_aliases.items() if original is not None}
+assert originals, "the model should have been moved to (emulated) CUDA at import"
+
+
+def move(callback=None):
+    """The worker's move to the GPU: here, each fake CUDA tensor gets its CPU original back."""
+    for fake, original in originals.items():
+        fake.data = original
+
+
+zero_torch.move = move
+
+if __name__ == "__main__":
+    _, url, _ = app.launch(server_name="127.0.0.1", server_port=int(sys.argv[1]), prevent_thread_lock=True, quiet=True)
+    print(f"SERVING {url}", flush=True)
+    threading.Event().wait()
