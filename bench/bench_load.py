@@ -1,0 +1,174 @@
+"""A crowd on one server: N simultaneous gradio_client visitors, each its own text and three interactions.
+
+Each visitor asks for suggestions on its ~600-token text, then takes the first branch twice
+(as a writer clicking), all visitors starting at the same moment. Reported per server mode:
+answered/failed, p50/p95 latency of a call, the share of follow-up calls that reused the
+session's KV cache, and the server's peak memory (PSS of the server and its GPU workers, so
+forked workers' shared pages count once). The baseline, measured first in the same run, is one
+visitor alone on the same server: its cold first call and warm follow-ups.
+
+Modes: `plain` is `python app.py`; `zerogpu` is the same app under ZeroGPU emulation
+(tests/zerogpu_space.py: real `spaces` package, forked GPU workers, stubbed device manager),
+with as many workers at once as the CPU has cores.
+
+Run: python bench/bench_load.py [--visitors 50] [--modes plain zerogpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+from gradio_client import Client
+
+ROOT = Path(__file__).resolve().parents[1]
+CALLS = 3
+N_BRANCHES, DEPTH = 5, 3
+PASSAGE = (
+    "The harbour town woke slowly. Fishermen hauled their nets along the quay, gulls argued over "
+    "scraps, and the baker's boy ran between the houses with a basket of warm loaves. Up on the cliff "
+    "the old lighthouse stood white against the morning, its lamp dark now, its keeper asleep after the "
+    "long night watch. "
+)
+
+
+def visitor_text(i: int) -> str:
+    """About 600 tokens, different for every visitor from the first words on."""
+    return f"Chapter {i + 1}. Visitor {i} begins a story of their own.\n\n" + PASSAGE * 9
+
+
+def start_server(mode: str) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1",
+           "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1"}
+    if mode == "plain":
+        command = [sys.executable, str(ROOT / "app.py")]
+    else:
+        # The emulation computes on this CPU: as many GPU workers at once as it has cores (a Space's
+        # default, 8, would only make forked workers fight over two cores).
+        env["LOOKAHEAD_CONCURRENCY"] = str(os.cpu_count())
+        log = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False).name
+        command = [sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), str(port), log]
+    output = open(Path(tempfile.gettempdir()) / f"bench_load_{mode}.log", "w")  # the server's own log
+    server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return server, url
+        except OSError:
+            time.sleep(0.5)
+    server.kill()
+    raise RuntimeError(f"the {mode} server did not start")
+
+
+class PeakMemory:
+    """Polls the PSS of a process and its children until stopped."""
+
+    def __init__(self, pid: int):
+        self.process, self.peak, self._stop = psutil.Process(pid), 0, threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.25):
+            total = 0
+            for p in [self.process, *self.process.children(recursive=True)]:
+                try:
+                    total += p.memory_full_info().pss
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+def interactions(client: Client, text: str) -> list[tuple[float, dict | None]]:
+    """Three calls as a writer makes them: suggestions, then take the first branch, twice."""
+    calls = []
+    for _ in range(CALLS):
+        start = time.perf_counter()
+        try:
+            result = client.predict(text, N_BRANCHES, DEPTH, api_name="/lookahead")
+        except Exception as error:  # noqa: BLE001 - a refused or failed call is what we count
+            calls.append((time.perf_counter() - start, None))
+            print(f"  failed: {str(error)[:120]}", file=sys.stderr)
+            return calls
+        calls.append((time.perf_counter() - start, result))
+        text += result["branches"][0]["text"]
+    return calls
+
+
+def run_mode(mode: str, visitors: int) -> dict:
+    server, url = start_server(mode)
+    try:
+        lone = interactions(Client(url, verbose=False), visitor_text(visitors))  # the baseline, alone
+        memory = PeakMemory(server.pid)
+        clients = [Client(url, verbose=False) for _ in range(visitors)]
+        together = threading.Barrier(visitors)
+
+        def visit(i: int):
+            together.wait()
+            return interactions(clients[i], visitor_text(i))
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(visitors) as pool:
+            calls = [c for visit_calls in pool.map(visit, range(visitors)) for c in visit_calls]
+        wall = time.perf_counter() - started
+        peak = memory.stop()
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait()
+    answered = [(s, r) for s, r in calls if r is not None]
+    latencies = sorted(s for s, _ in answered)
+    follow_ups = [r for i, (_, r) in enumerate(calls) if r is not None and i % CALLS]
+    return {
+        "mode": mode,
+        "answered": len(answered),
+        "failed": visitors * CALLS - len(answered),
+        "p50": statistics.median(latencies),
+        "p95": latencies[int(0.95 * (len(latencies) - 1))],
+        "wall": wall,
+        "hit_rate": sum(r["reused_tokens"] > 0 for r in follow_ups) / max(1, len(follow_ups)),
+        "peak_gib": peak / 1024**3,
+        "context": answered[0][1]["context_tokens"],
+        "lone_cold": lone[0][0],
+        "lone_warm": statistics.median(s for s, _ in lone[1:]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--visitors", type=int, default=50)
+    parser.add_argument("--modes", nargs="+", default=["plain", "zerogpu"], choices=["plain", "zerogpu"])
+    args = parser.parse_args()
+    print(f"{args.visitors} visitors x {CALLS} calls (/lookahead, k={N_BRANCHES}, depth={DEPTH}), all at once; "
+          f"{os.cpu_count()} CPU cores")
+    print("| server | context tokens | answered | failed | p50 (s) | p95 (s) | all done (s) | lone cold (s) "
+          "| lone warm (s) | p50 / lone warm | cache hits | peak memory (GiB) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for mode in args.modes:
+        r = run_mode(mode, args.visitors)
+        print(f"| {r['mode']} | {r['context']} | {r['answered']} | {r['failed']} | {r['p50']:.1f} | {r['p95']:.1f} "
+              f"| {r['wall']:.1f} | {r['lone_cold']:.2f} | {r['lone_warm']:.2f} | {r['p50'] / r['lone_warm']:.0f}× "
+              f"| {100 * r['hit_rate']:.0f}% | {r['peak_gib']:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Per-session ordering of UI events: one visitor's in order, different visitors side by side."""
+
+import asyncio
+import threading
+from types import SimpleNamespace
+
+from gradio.context import LocalContext
+
+from ui.ordering import SessionOrder
+
+
+def test_a_sessions_events_wait_their_turn_while_other_sessions_run():
+    order, log = SessionOrder(), []
+
+    async def event(session: str, name: str, seconds: float):
+        async with order.turn(session):
+            log.append(("start", name))
+            await asyncio.sleep(seconds)
+            log.append(("end", name))
+
+    async def main():
+        await asyncio.gather(event("a", "a1", 0.05), event("a", "a2", 0), event("a", "a3", 0), event("b", "b1", 0.01))
+
+    asyncio.run(main())
+    assert [name for what, name in log if what == "start" and name.startswith("a")] == ["a1", "a2", "a3"]
+    assert log.index(("end", "a1")) < log.index(("start", "a2")), "one at a time within a session"
+    assert log.index(("start", "b1")) < log.index(("end", "a1")), "another session does not wait"
+    assert len(order) == 0, "no lock is kept once a session has nothing running"
+
+
+def test_wrapped_functions_and_generators_run_in_a_worker_thread_with_their_arguments():
+    order = SessionOrder()
+    main_thread = threading.get_ident()
+
+    def add(a, b=0):
+        return a + b, threading.get_ident() != main_thread
+
+    def count(n):
+        yield from range(n)
+
+    async def main():
+        LocalContext.request.set(SimpleNamespace(session_hash="visitor"))
+        result = await order.wrap(add)(2, b=3)
+        streamed = [item async for item in order.wrap(count)(3)]
+        return result, streamed
+
+    (total, in_thread), streamed = asyncio.run(main())
+    assert total == 5 and in_thread and streamed == [0, 1, 2]
