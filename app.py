@@ -276,13 +276,17 @@ def import_history(history: History, event: gr.EventData):
     return imported.text, imported
 
 
-def restore(stored: str | None, history: History) -> tuple[str, History]:
-    """The tree this browser kept from an earlier visit, if it has a readable one."""
+def restore(stored: str | None, history: History) -> tuple[str | dict, History]:
+    """The tree this browser kept from an earlier visit, if it has a readable one.
+
+    Without one the box is left as it is: the writer may have started typing before the page
+    finished loading (under load, this event can wait in the queue for seconds).
+    """
     try:
-        history = History.from_json(stored) if stored else history
+        restored = History.from_json(stored) if stored else None
     except ValueError:
-        pass  # written by another version of the app: start afresh
-    return history.text, history
+        restored = None  # written by another version of the app: start afresh
+    return (restored.text, restored) if restored else (gr.update(), history)
 
 
 def continue_text(text: str, n_tokens: int, lossless: bool, history: History):

@@ -118,5 +118,5 @@ def test_a_stored_tree_is_restored_and_an_unreadable_one_ignored():
     fresh = History.start("default", "m")
     text, restored = restore(saved.to_json(), fresh)
     assert text == "from last visit, more" and restored == saved
-    assert restore('{"format": "something else"}', fresh) == ("default", fresh)
-    assert restore(None, fresh) == ("default", fresh)
+    assert restore('{"format": "something else"}', fresh) == (gr.update(), fresh), "the box is left as it is"
+    assert restore(None, fresh) == (gr.update(), fresh)
