@@ -32,6 +32,15 @@ CONCURRENCY = int(os.environ.get("LOOKAHEAD_CONCURRENCY") or (8 if cli.on_zero_g
 
 KEYBOARD_JS = """
 <script>
+// Every edit of the text refreshes: typing, paste, cut, drag-and-drop, delete, the browser's own
+// undo, IME and autocomplete all fire the textarea's native input event (gradio's own "input"
+// event misses paste and delete). After the textarea's own handler has updated the value, press
+// the hidden button whose click (trigger_mode always_last) recomputes the suggestions.
+document.addEventListener("input", (e) => {
+  if (e.target.closest && e.target.closest("#text")) {
+    setTimeout(() => document.getElementById("text-edited")?.click(), 0);
+  }
+});
 document.addEventListener("keydown", (e) => {
   if ((e.ctrlKey || e.metaKey) && e.key === "Enter") {
     document.getElementById("refresh")?.click();
@@ -73,6 +82,7 @@ IMPORT_HTML = (
 
 CSS = """
 .branch-btn { font-family: ui-monospace, monospace !important; }
+#text-edited { display: none !important; }
 #status { font-size: 13px; color: var(--body-text-color-subdued); }
 """
 # The plot and tree are plain HTML with inline styles: gr.HTML content does not see the page's CSS classes.
@@ -377,6 +387,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 ]
             with gr.Row():
                 refresh_button = gr.Button("Refresh (Ctrl+Enter)", elem_id="refresh", size="sm")
+                text_edited = gr.Button(elem_id="text-edited")  # hidden: pressed by KEYBOARD_JS on every edit
                 undo_button = gr.Button("Undo", elem_id="undo", size="sm")
                 redo_button = gr.Button("Redo", elem_id="redo", size="sm")
                 clear_button = gr.Button("Clear", elem_id="clear", size="sm")
@@ -431,7 +442,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         **private,
     )
     # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
-    text.input(trigger_mode="always_last", **suggest_io)
+    text_edited.click(trigger_mode="always_last", **suggest_io)
     gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit], **suggest_io)
     demo.load(ordered(restore), [stored_history, history], [text, history], **private).then(**suggest_io)
     preset.input(apply_preset, preset, sampling_controls, **private).then(**suggest_io)

@@ -23,7 +23,9 @@ if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
 def page(app_url):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        context = browser.new_context(permissions=["clipboard-read", "clipboard-write"],
+                                      viewport={"width": 1280, "height": 900})
+        page = context.new_page()
         page.goto(app_url)
         yield page
         browser.close()
@@ -100,9 +102,35 @@ def test_clear_and_errors_leave_the_page_usable(page):
     expect_suggestions_for(page, "Back to writing")
 
 
+def test_paste_cut_delete_and_the_browsers_undo_all_refresh(page):
+    """Edits that are not typed keys, with a real clipboard: each must bring suggestions for the new text."""
+    box = page.locator("#text textarea")
+    pasted = "Pasted text about the ocean and its"
+    page.evaluate("text => navigator.clipboard.writeText(text)", pasted)
+    box.click()
+    box.press("Control+a")
+    box.press("Control+v")
+    expect_suggestions_for(page, pasted)
+    box.press("Control+a")
+    box.press("Delete")
+    expect(page.locator("#status")).to_contain_text("Type something")
+    expect(page.locator("#branch-0")).to_be_hidden()
+    box.press("Control+z")  # the browser's own undo
+    expect_suggestions_for(page, pasted)
+    box.press("End")
+    for _ in range(len(" its")):
+        box.press("Shift+ArrowLeft")
+    box.press("Control+x")
+    cut = pasted.removesuffix(" its")
+    shown = expect_suggestions_for(page, cut)
+    assert page.evaluate("navigator.clipboard.readText()") == " its"
+    page.locator("#branch-0").click()
+    expect_suggestions_for(page, cut + shown["branches"][0]["text"])
+
+
 def test_ctrl_enter_refreshes(page):
     box = page.locator("#text textarea")
-    box.fill("Set without an input event")  # fill() changes the value without firing Gradio's input
+    box.fill("Set without an input event")
     box.press("Control+Enter")
     expect_suggestions_for(page, "Set without an input event")
 
