@@ -105,12 +105,22 @@ def distribution_plot(distribution: list[dict]) -> str:
     top = distribution[:PLOT_TOKENS]
     rows = [(d, visible(d["token"]), d["prob"], d.get("p_final", d["prob"]), d.get("kept", True)) for d in top]
     other = (None, "other", max(0.0, 1 - sum(r[2] for r in rows)), max(0.0, 1 - sum(r[3] for r in rows)), True)
-    scale = max(max(r[2], r[3]) for r in [*rows, other]) or 1.0
+    # Bars are scaled to the likeliest token, not to "other" (often the largest on a flat
+    # distribution), so the tokens' bars stay readable; a longer "other" bar is cut, and fades out.
+    scale = max((max(r[2], r[3]) for r in rows), default=0.0) or 1.0
+    clipped = max(other[2], other[3]) > scale
+
+    def bar(color: str, p: float) -> str:
+        fill = f"linear-gradient(90deg,{color} 80%,transparent)" if p > scale else color
+        return f'<span style="{BAR_STYLE};background:{fill};width:{min(100.0, 100 * p / scale):.1f}%"></span>'
+
     legend = (
         f'<div style="font-size:12px;color:var(--body-text-color-subdued);margin-bottom:4px">'
         f'<span style="color:{BASE_COLOR}">■</span> p_base (plain softmax) '
         f'<span style="color:{FINAL_COLOR}">■</span> p_final (after the sampling settings) · '
-        f'greyed: cut by the filters · click a token to append it</div>'
+        f'greyed: cut by the filters · click a token to append it'
+        + (" · bars are to the top token's scale; \"other\" is longer than shown" if clipped else "")
+        + "</div>"
     )
     html_rows = []
     for entry, token, p_base, p_final, kept in [*rows, other]:
@@ -120,9 +130,7 @@ def distribution_plot(distribution: list[dict]) -> str:
         html_rows.append(
             f'<div class="dist-row" {attrs} style="{style}">'
             f'<span style="{TOKEN_STYLE}">{html.escape(token)}</span>'
-            f'<span style="{TRACK_STYLE}">'
-            f'<span style="{BAR_STYLE};background:{BASE_COLOR};width:{100 * p_base / scale:.1f}%"></span>'
-            f'<span style="{BAR_STYLE};background:{FINAL_COLOR};width:{100 * p_final / scale:.1f}%"></span></span>'
+            f'<span style="{TRACK_STYLE}">{bar(BASE_COLOR, p_base)}{bar(FINAL_COLOR, p_final)}</span>'
             f'<span style="{PCT_STYLE}">{100 * p_base:5.1f}% → {final_text}</span></div>'
         )
     return f'<div id="distribution">{legend}{"".join(html_rows)}</div>'

@@ -1,5 +1,7 @@
 """The UI's own logic, without a browser."""
 
+import re
+
 import gradio as gr
 import pytest
 
@@ -35,6 +37,15 @@ def test_plot_shows_p_base_and_p_final_for_top_tokens_and_the_rest_as_other():
     assert "␣the" in plot and "↵" in plot and "50.0% →  70.0%" in plot
     assert "other" in plot and "20.0% →   0.0%" in plot
     assert 'data-token-id="3"' in plot and "cut" in plot and "opacity:.4" in plot
+
+
+def test_plot_bars_follow_the_top_token_whatever_other_holds():
+    flat = distribution_plot([entry(1, " a", 0.10), entry(2, " b", 0.05)])  # "other" holds 85%
+    widths = re.findall(r"width:([0-9.]+)%", flat)
+    assert widths[:4] == ["100.0", "100.0", "50.0", "50.0"], "the top token's bar is full width"
+    assert widths[4:] == ["100.0", "100.0"] and "longer than shown" in flat, "other is cut, and says so"
+    peaked = distribution_plot([entry(1, " a", 0.9), entry(2, " b", 0.05)])
+    assert "longer than shown" not in peaked
 
 
 def test_plot_escapes_html_in_tokens():
