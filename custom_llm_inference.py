@@ -67,6 +67,8 @@ INTERACTION_GPU_SECONDS = 10  # a lookahead or distribution: well under a second
 GENERATE_GPU_SECONDS = 4.0  # a continuation: the prompt's pass and start-up ...
 GENERATE_GPU_SECONDS_PER_TOKEN = 0.015  # ... plus this per new token (MAX_NEW_TOKENS: 19.4 s)
 
+WINDOW_STEP = 0.25  # past the context, the window's start moves by this share of it at a time
+
 prefix_caches = PrefixCacheStore()
 
 if on_zero_gpu():
@@ -185,8 +187,7 @@ def _run(
     model, tokenizer = load_model(model_name)
     prefix, healed = split_for_healing(text, tokenizer)
     ids = tokenizer(prefix)["input_ids"]
-    max_prompt = _context_limit(model) - depth
-    dropped = max(0, len(ids) - max_prompt)
+    dropped = window_start(len(ids), _context_limit(model) - depth, _context_limit(model))
     ids = ids[dropped:]
     key = (model_name or default_model_name(), session)
     cache, reused = prefix_caches.take(key, ids)
@@ -215,6 +216,18 @@ def _run(
         ),
     }
     return _Run(result, info, allowed, healed, tokenizer, context)
+
+
+def window_start(n_tokens: int, room: int, context: int) -> int:
+    """How many leading tokens a text of `n_tokens` leaves out so the rest fits in `room`.
+
+    Past the context the start moves in steps of WINDOW_STEP (a share of `context`), not token
+    by token: it then stays put while the writer adds up to a step's worth, so the session's
+    KV cache keeps being reused instead of every edit recomputing the whole window.
+    """
+    over = n_tokens - room
+    step = max(1, int(WINDOW_STEP * context))
+    return 0 if over <= 0 else -(-over // step) * step
 
 
 def _context_limit(model: PreTrainedModel) -> int:

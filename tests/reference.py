@@ -8,11 +8,13 @@ def next_logits(model, ids: list[int]) -> torch.Tensor:
     return model(torch.tensor([ids]), use_cache=False).logits[0, -1]
 
 
-def reference_lookahead(model, tokenizer, text: str, k: int, depth: int) -> dict:
-    """Top-k next tokens of `text` (healing a trailing whitespace character) and their greedy continuations."""
+def reference_lookahead(model, tokenizer, text: str, k: int, depth: int, dropped: int = 0) -> dict:
+    """Top-k next tokens of `text` (healing a trailing whitespace character) and their greedy continuations.
+
+    `dropped`: how many leading tokens the window leaves out (the engine chooses; the test checks the choice).
+    """
     healed = text[-1] if len(text) > 1 and text[-1].isspace() else ""
-    ids = tokenizer(text[: len(text) - len(healed)])["input_ids"]
-    ids = ids[max(0, len(ids) - (model.config.max_position_embeddings - depth)) :]
+    ids = tokenizer(text[: len(text) - len(healed)])["input_ids"][dropped:]
     logits = next_logits(model, ids)
     if healed:
         texts = tokenizer.batch_decode([[i] for i in range(logits.shape[0])])

@@ -104,18 +104,38 @@ def test_next_token_distribution_is_sorted_plain_softmax(embedded):
     assert dist[0]["token"] == " Paris"
 
 
-def test_text_longer_than_the_context_keeps_the_most_recent_tokens(tiny_model_dirs):
+def test_text_longer_than_the_context_keeps_its_end_and_the_window_moves_in_steps(tiny_model_dirs):
     name = tiny_model_dirs["gpt2"]
     model, tokenizer = cli.load_model(name)
-    text = " ".join(f"word{i}" for i in range(200))
-    depth = 3
-    result = cli.lookahead(text, 3, depth, model_name=name)
-    assert result["context_tokens"] == model.config.max_position_embeddings - depth
-    assert result["truncated_tokens"] == len(tokenizer(text)["input_ids"]) - result["context_tokens"]
+    context, depth = model.config.max_position_embeddings, 3
+    step, room = int(cli.WINDOW_STEP * context), context - depth
+    words = 200
+    while True:  # a text past the context whose window has room for a few more tokens
+        text = " ".join(f"word{i}" for i in range(words))
+        n_tokens = len(tokenizer(text)["input_ids"])
+        if n_tokens - cli.window_start(n_tokens, room, context) <= room - 5:
+            break
+        words += 1
+    result = cli.lookahead(text, 3, depth, model_name=name, session="long")
+    dropped = result["truncated_tokens"]
+    assert dropped % step == 0 and context - depth - step < result["context_tokens"] <= context - depth
+    assert dropped + result["context_tokens"] == n_tokens
     assert "context" in result["notice"]
-    assert_matches_reference(result, reference_lookahead(model, tokenizer, text, 3, depth), 3)
-    again = cli.lookahead(text + " more", 3, depth, model_name=name)
-    assert again["truncated_tokens"] > result["truncated_tokens"]
+    assert_matches_reference(result, reference_lookahead(model, tokenizer, text, 3, depth, dropped), 3)
+    # Writing on within a step keeps the window's start, so the session's cache is reused...
+    longer = text + f" word{words}"
+    again = cli.lookahead(longer, 3, depth, model_name=name, session="long")
+    assert again["truncated_tokens"] == dropped and again["reused_tokens"] == result["context_tokens"]
+    assert_matches_reference(again, reference_lookahead(model, tokenizer, longer, 3, depth, again["truncated_tokens"]), 3)
+    # ... and past it the start jumps by a whole step.
+    far = text + " more" * step
+    moved = cli.lookahead(far, 3, depth, model_name=name, session="long")
+    assert moved["truncated_tokens"] > dropped and moved["truncated_tokens"] % step == 0
+
+
+def test_window_start_moves_in_steps():
+    assert cli.window_start(100, 200, 256) == 0
+    assert [cli.window_start(n, 200, 256) for n in (201, 264, 265, 328, 329)] == [64, 64, 128, 128, 192]
 
 
 @pytest.mark.parametrize(
