@@ -5,7 +5,6 @@ UI only: every number shown comes from custom_llm_inference. Run with `python ap
 
 from __future__ import annotations
 
-import html
 import os
 import time
 from collections.abc import Iterator
@@ -15,13 +14,12 @@ import gradio as gr
 import custom_llm_inference as cli
 from history import History
 from ui.ordering import SessionOrder
+from ui.render import branch_label, distribution_plot, tree_view
 
 SOURCE_LABELS = {"jacobi": "Jacobi window", "ngram": "n-gram draft", "step": "plain step"}
 SOURCE_COLORS = {"Jacobi window": "#a78bfa", "n-gram draft": "#34d399", "plain step": "#e5e7eb"}
 MAX_BUTTONS = 10  # the n_branches slider's maximum; buttons beyond n_branches are hidden
-PLOT_TOKENS = 10
 DEFAULT_TEXT = "The old lighthouse keeper climbed the stairs and"
-VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
 PRESET_NAMES = [*cli.PRESETS, "custom"]
 # Every visitor is answered: room for this many waiting events (on a ZeroGPU Space gradio
 # would otherwise let one event wait and turn the rest away with "Queue is full").
@@ -29,6 +27,8 @@ QUEUE_SIZE = 512
 # Events of each group running at once. On ZeroGPU each runs in its own GPU worker, scheduled
 # by ZeroGPU; on one CPU more would only share its cores. LOOKAHEAD_CONCURRENCY overrides.
 CONCURRENCY = int(os.environ.get("LOOKAHEAD_CONCURRENCY") or (8 if cli.on_zero_gpu() else 1))
+# While the writer reads, compute what each shown branch gives if taken (LOOKAHEAD_PRECOMPUTE=0: off).
+PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 
 KEYBOARD_JS = """
 <script>
@@ -85,87 +85,6 @@ CSS = """
 #text-edited { display: none !important; }
 #status { font-size: 13px; color: var(--body-text-color-subdued); }
 """
-# The plot and tree are plain HTML with inline styles: gr.HTML content does not see the page's CSS classes.
-ROW_STYLE = "display:flex;align-items:center;gap:8px;margin:3px 0;font:13px ui-monospace,monospace"
-TOKEN_STYLE = "flex:0 0 9em;text-align:right;overflow:hidden;text-overflow:ellipsis;white-space:pre"
-TRACK_STYLE = "flex:1 1 auto;display:flex;flex-direction:column;gap:1px"
-BAR_STYLE = "display:block;height:7px;border-radius:2px;min-width:1px"
-PCT_STYLE = "flex:0 0 8.5em;text-align:right;color:var(--body-text-color-subdued);white-space:pre"
-BASE_COLOR, FINAL_COLOR = "var(--neutral-400)", "var(--color-accent)"
-TREE_STYLE = "max-height:280px;overflow:auto;font:12px ui-monospace,monospace;line-height:1.6"
-
-
-def visible(text: str) -> str:
-    """Whitespace made visible, so a branch of spaces or newlines is not an empty button."""
-    return text.translate(VISIBLE_WHITESPACE)
-
-
-def distribution_plot(distribution: list[dict]) -> str:
-    """p_base and p_final bars for the top tokens and the rest ("other"); cut tokens greyed. Rows are clickable."""
-    top = distribution[:PLOT_TOKENS]
-    rows = [(d, visible(d["token"]), d["prob"], d.get("p_final", d["prob"]), d.get("kept", True)) for d in top]
-    other = (None, "other", max(0.0, 1 - sum(r[2] for r in rows)), max(0.0, 1 - sum(r[3] for r in rows)), True)
-    # Bars are scaled to the likeliest token, not to "other" (often the largest on a flat
-    # distribution), so the tokens' bars stay readable; a longer "other" bar is cut, and fades out.
-    scale = max((max(r[2], r[3]) for r in rows), default=0.0) or 1.0
-    clipped = max(other[2], other[3]) > scale
-
-    def bar(color: str, p: float) -> str:
-        fill = f"linear-gradient(90deg,{color} 80%,transparent)" if p > scale else color
-        return f'<span style="{BAR_STYLE};background:{fill};width:{min(100.0, 100 * p / scale):.1f}%"></span>'
-
-    legend = (
-        f'<div style="font-size:12px;color:var(--body-text-color-subdued);margin-bottom:4px">'
-        f'<span style="color:{BASE_COLOR}">■</span> p_base (plain softmax) '
-        f'<span style="color:{FINAL_COLOR}">■</span> p_final (after the sampling settings) · '
-        f'greyed: cut by the filters · click a token to append it'
-        + (" · bars are to the top token's scale; \"other\" is longer than shown" if clipped else "")
-        + "</div>"
-    )
-    html_rows = []
-    for entry, token, p_base, p_final, kept in [*rows, other]:
-        attrs = f'data-token-id="{entry["token_id"]}" title="append {html.escape(token)}"' if entry else ""
-        style = ROW_STYLE + (";cursor:pointer" if entry else "") + ("" if kept else ";opacity:.4")
-        final_text = f"{100 * p_final:5.1f}%" if kept else "  cut"
-        html_rows.append(
-            f'<div class="dist-row" {attrs} style="{style}">'
-            f'<span style="{TOKEN_STYLE}">{html.escape(token)}</span>'
-            f'<span style="{TRACK_STYLE}">{bar(BASE_COLOR, p_base)}{bar(FINAL_COLOR, p_final)}</span>'
-            f'<span style="{PCT_STYLE}">{100 * p_base:5.1f}% → {final_text}</span></div>'
-        )
-    return f'<div id="distribution">{legend}{"".join(html_rows)}</div>'
-
-
-def tree_view(history: History) -> str:
-    """The history tree, one line per node, indented where it forks; the current path highlighted."""
-    path, kids = set(history.path()), history.child_map()
-    lines = []
-    for node, indent in history.rows():
-        parent = history.nodes[node.parent].text if node.parent is not None else None
-        if parent is not None and node.text.startswith(parent):
-            label = "+" + visible(node.text[len(parent) :])
-        else:
-            label = ("…" if len(node.text) > 40 else "") + visible(node.text[-40:]) or "(empty)"
-        siblings = kids[node.parent]
-        fork = ("└ " if node.id == siblings[-1] else "├ ") if len(siblings) > 1 else ""
-        here = node.id == history.current
-        style = f"padding-left:{indent}em;white-space:pre;overflow:hidden;text-overflow:ellipsis;cursor:pointer"
-        if node.id in path:
-            style += ";font-weight:600;color:var(--color-accent)"
-        marker = "▶ " if here else "  "
-        lines.append(
-            f'<div class="tree-node" data-node="{node.id}" style="{style}"{" data-current" if here else ""}>'
-            f'{marker}{fork}<span style="color:var(--body-text-color-subdued)">{node.kind}</span> '
-            f"{html.escape(label[:60])}</div>"
-        )
-    return f'<div id="tree" style="{TREE_STYLE}">{"".join(lines)}</div>'
-
-
-def branch_label(branch: dict) -> str:
-    p_final = branch.get("p_final", branch["prob"])
-    return f"{visible(branch['text'])}  ·  " + (f"{100 * p_final:.0f}%" if p_final > 0 else "cut")
-
-
 def node_settings(shown: tuple[str, dict] | None) -> dict:
     """The settings the suggestions on screen were made with, to record in the history."""
     if not shown:
@@ -208,7 +127,7 @@ def suggest(
     try:
         result = cli.lookahead(
             text, int(n_branches), int(depth), temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
-            session=session_key(request),
+            session=session_key(request), precompute=PRECOMPUTE,
         )
     except ValueError as error:
         raise gr.Error(str(error)) from None
@@ -241,6 +160,18 @@ def take_branch(index: int, text: str, shown: tuple[str, dict] | None, history: 
     branch = result["branches"][index]
     history.add(text + branch["text"], "branch", branch["token_ids"], node_settings(shown))
     return history.text, history
+
+
+def take_branch_and_suggest(
+    index: int, text: str, shown: tuple[str, dict] | None, history: History, n_branches: int, depth: int,
+    temperature: float, top_k: int, top_p: float, repetition_penalty: float, branch_mode: str, seed: float | None,
+    request: gr.Request,
+):
+    """A click: the branch appended and the new suggestions, in one event (they were precomputed while the
+    writer read, so this is usually instant)."""
+    text, history = take_branch(index, text, shown, history)
+    settings = (n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed)
+    return (text, *suggest(text, history, *settings, request))
 
 
 def force_token(text: str, shown: tuple[str, dict] | None, history: History, event: gr.EventData):
@@ -460,8 +391,9 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     ).then(**suggest_io)
     for i, button in enumerate(branch_buttons):
         button.click(
-            ordered(lambda t, s, h, i=i: take_branch(i, t, s, h)), [text, shown, history], [text, history], **private
-        ).success(**suggest_io)
+            ordered(take_branch_and_suggest),
+            [gr.State(i), text, shown, history, *suggest_io["inputs"][2:]], [text, *suggest_io["outputs"]], **private,
+        )
     plot.click(ordered(force_token), [text, shown, history], [text, history], **private).success(**suggest_io)
     gr.on([append_button.click, extra.submit], ordered(append_text), [text, extra, shown, history],
           [text, history, extra], **private).success(**suggest_io)

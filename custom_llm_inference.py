@@ -33,6 +33,7 @@ from lookahead.healing import allowed_first_tokens, split_for_healing
 from lookahead.models import default_model_name, load_model, on_zero_gpu
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.sampling import BRANCH_MODES, PLAIN, PRESETS, Sampling, ranked
+from lookahead.speculation import ScratchStore, Speculator
 
 __all__ = [
     "MAX_BRANCHES",
@@ -70,6 +71,7 @@ GENERATE_GPU_SECONDS_PER_TOKEN = 0.015  # ... plus this per new token (MAX_NEW_T
 WINDOW_STEP = 0.25  # past the context, the window's start moves by this share of it at a time
 
 prefix_caches = PrefixCacheStore()
+speculator = Speculator(prefix_caches)
 
 if on_zero_gpu():
     # ZeroGPU wants the model loaded (and moved to CUDA) at import time, outside GPU functions.
@@ -138,6 +140,20 @@ def _on_gpu(task: str, request: dict) -> Iterator[dict]:
         raise ValueError(f"unknown task {task!r}")
 
 
+def _serve(task: str, request: dict) -> Iterator[dict]:
+    """Every public call goes through here: it pre-empts precomputation, and may find its answer ready."""
+    key = (request.get("model_name") or default_model_name(), request.get("session"))
+    answer = speculator.arrived(key, task, request)
+    try:
+        ready = speculator.claim(key, answer) if answer else None
+        if ready is not None:
+            yield ready
+        else:
+            yield from _on_gpu(task, request)
+    finally:
+        speculator.finished()
+
+
 def _last(results: Iterator[dict]) -> dict:
     result: dict = {}
     for result in results:
@@ -182,15 +198,16 @@ def _run(
     sampling: Sampling = PLAIN,
     branch_mode: str = "greedy",
     seed: int = 0,
+    store: PrefixCacheStore | ScratchStore = prefix_caches,
 ) -> _Run:
-    """Tokenize (healing trailing whitespace), reuse the session's cache, and compute the branches."""
+    """Tokenize (healing trailing whitespace), reuse the session's cache from `store`, and compute the branches."""
     model, tokenizer = load_model(model_name)
     prefix, healed = split_for_healing(text, tokenizer)
     ids = tokenizer(prefix)["input_ids"]
     dropped = window_start(len(ids), _context_limit(model) - depth, _context_limit(model))
     ids = ids[dropped:]
     key = (model_name or default_model_name(), session)
-    cache, reused = prefix_caches.take(key, ids)
+    cache, reused = store.take(key, ids)
     allowed = None
     if healed:
         allowed = allowed_first_tokens(tokenizer, healed, model.config.get_text_config().vocab_size, model.device)
@@ -200,7 +217,7 @@ def _run(
         model, context, n_branches, depth, cache, allowed, sampling, branch_mode, generator
     )
     continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
-    prefix_caches.put(key, ids, result.cache, continuations)
+    store.put(key, ids, result.cache, continuations)
     info = {
         "model": key[0],
         "device": str(model.device),
@@ -264,7 +281,7 @@ def next_token_distribution(
         session=str(session),
         model_name=_check_model_name(model_name),
     )
-    return _last(_on_gpu("distribution", request))["distribution"]
+    return _last(_serve("distribution", request))["distribution"]
 
 
 def _next_tokens(text: str, k: int, sampling: Sampling, session: str, model_name: str | None) -> dict:
@@ -284,6 +301,7 @@ def lookahead(
     *,
     session: str = "default",
     model_name: str | None = None,
+    precompute: bool = False,
 ) -> dict:
     """The `n_branches` best next tokens after `text` (by p_final), each continued to `depth` tokens.
 
@@ -294,7 +312,9 @@ def lookahead(
     next_token_distribution), "branches": [{"token_ids", "text", "prob", "p_final"}]}.
     A branch's "text" is exactly what to append to `text` (with healing, the backed-up
     whitespace is already part of `text`). `session` keys the KV cache that later calls
-    of the same writer reuse.
+    of the same writer reuse. `precompute=True` then computes, in the background, the result
+    for `text` + each branch (lookahead/speculation.py), so taking one is answered at once;
+    off ZeroGPU only, where a GPU call cannot outlive its request.
     """
     request = dict(
         text=_check_text(text),
@@ -306,14 +326,19 @@ def lookahead(
         session=str(session),
         model_name=_check_model_name(model_name),
     )
-    return _last(_on_gpu("lookahead", request))
+    result = _last(_serve("lookahead", request))
+    if precompute and not on_zero_gpu():
+        taken = [{**request, "text": request["text"] + branch["text"]} for branch in result["branches"]]
+        key = (request["model_name"] or default_model_name(), request["session"])
+        speculator.start(key, "lookahead", taken, lambda r, scratch: _lookahead(**r, store=scratch))
+    return result
 
 
 def _lookahead(
     text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
-    model_name: str | None,
+    model_name: str | None, store: PrefixCacheStore | ScratchStore = prefix_caches,
 ) -> dict:
-    run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed)
+    run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed, store)
     sequences = run.result.sequences.tolist()
     texts = run.tokenizer.batch_decode(sequences, clean_up_tokenization_spaces=False)
     firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])
@@ -395,7 +420,7 @@ def generate_stream(
     text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None
 ) -> Iterator[dict]:
     """`generate`'s result after every forward pass, growing, for streaming into the UI."""
-    yield from _on_gpu("generate", _generation_request(text, max_new_tokens, method, model_name))
+    yield from _serve("generate", _generation_request(text, max_new_tokens, method, model_name))
 
 
 def generate(

@@ -77,7 +77,7 @@ class PrefixCacheStore:
         if reused < len(cached_ids):
             cache.crop(reused - len(cached_ids))
         elif continuations:
-            reused += _append_known_continuation(cache, continuations, token_ids[reused : len(token_ids) - 1])
+            reused += append_known_continuation(cache, continuations, token_ids[reused : len(token_ids) - 1])
         return cache, reused
 
     def put(
@@ -91,6 +91,39 @@ class PrefixCacheStore:
             while len(self._entries) > 1 and self.bytes() > (self.max_bytes or 0):
                 self._entries.popitem(last=False)
 
+    def copy(self, key: Hashable) -> tuple[tuple[int, ...], GrowableCache, list[Continuation]] | None:
+        """A private copy of a session's entry (its cache cloned), leaving the entry in place."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            ids, cache, continuations = entry
+            copy = GrowableCache()
+            for i, layer in enumerate(cache.layers):
+                copy.update(layer.keys.clone(), layer.values.clone(), i)
+        return ids, copy, list(continuations)
+
+    def install(
+        self,
+        key: Hashable,
+        base_ids: Sequence[int],
+        token_ids: Sequence[int],
+        new_kv: list[tuple[torch.Tensor, torch.Tensor]],
+        continuations: Sequence[Continuation],
+    ) -> bool:
+        """Extend a session still holding `base_ids` to `token_ids` with the new tokens' KV; False if it moved on."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry[0] != tuple(base_ids) or entry[1].get_seq_length() != len(base_ids):
+                return False
+            cache = entry[1]
+            for layer, (keys, values) in zip(cache.layers, new_kv):
+                layer.update(keys, values)
+            self._entries[key] = (tuple(token_ids), cache, list(continuations))
+            self._entries.move_to_end(key)
+            self.hits += 1
+        return True
+
     def bytes(self) -> int:
         """Memory the stored caches hold (their spare room included)."""
         return sum(allocated_bytes(cache) for _, cache, _ in self._entries.values())
@@ -103,7 +136,7 @@ class PrefixCacheStore:
         return len(self._entries)
 
 
-def _append_known_continuation(cache: DynamicCache, continuations: list[Continuation], new_ids: Sequence[int]) -> int:
+def append_known_continuation(cache: DynamicCache, continuations: list[Continuation], new_ids: Sequence[int]) -> int:
     """Append the KV of the longest known continuation prefix of `new_ids`; return how many tokens."""
     n, kv = max(((common_prefix_length(ids, new_ids), kv) for ids, kv in continuations), key=lambda c: c[0])
     if n == 0:

@@ -71,6 +71,8 @@ def app_url(embedded) -> str:
 
 @pytest.fixture(autouse=True)
 def fresh_prefix_caches():
+    cli.speculator.clear()
     cli.prefix_caches.clear()
     yield
+    cli.speculator.clear()
     cli.prefix_caches.clear()

@@ -7,20 +7,9 @@ import pytest
 
 from types import SimpleNamespace
 
-from app import (
-    apply_preset,
-    branch_label,
-    distribution_plot,
-    force_token,
-    import_history,
-    matching_preset,
-    move,
-    restore,
-    take_branch,
-    tree_view,
-    visible,
-)
+from app import apply_preset, force_token, import_history, matching_preset, move, restore, take_branch
 from history import History
+from ui.render import branch_label, distribution_plot, tree_view, visible
 
 
 def test_whitespace_is_made_visible():

@@ -7,8 +7,8 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 import custom_llm_inference as cli
-from app import branch_label
 from history import History
+from ui.render import branch_label
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOT = Path(__file__).resolve().parents[1] / "screenshots" / "app.png"

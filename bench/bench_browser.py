@@ -1,0 +1,123 @@
+"""Click-to-update in a real browser: a writer reads for 1.5 s, clicks a branch, and waits for the new branches.
+
+Headless Chromium (Debian's, through Playwright) drives `python app.py`. The text starts at about
+N tokens; each click takes a branch and is timed from
+the click to the new branches on screen. Clicks take the first branch (`--branch`), as a writer
+following the model's favourite would; `--branch cycle` cycles through the first three. **model** is the server's own time for the suggestions
+(the status line's ms); **page** is the rest (the event's round trip, rendering). Each size runs
+twice in the same run: with precomputation (the app's default: while the writer reads, each shown
+branch's next step is computed) and without it (LOOKAHEAD_PRECOMPUTE=0), the baseline. Also
+reported: the browser's localStorage growth per click (the history tree kept for reloads).
+
+Run: python bench/bench_browser.py [--tokens 1000 3000] [--clicks 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+READING_SECONDS = 1.5
+PASSAGE = (
+    "The harbour town woke slowly. Fishermen hauled their nets along the quay, gulls argued over "
+    "scraps, and the baker's boy ran between the houses with a basket of warm loaves. "
+)
+TOKENS_PER_PASSAGE = 40  # about, for the embedded model's tokenizer
+
+
+def serve(precompute: bool) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1",
+           "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
+           "LOOKAHEAD_PRECOMPUTE": "1" if precompute else "0"}
+    server = subprocess.Popen([sys.executable, str(ROOT / "app.py")], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return server, url
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError("the app did not start")
+
+
+def session(url: str, tokens: int, clicks: int, branch: str) -> dict:
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(url)
+        status = page.locator("#status")
+        status.filter(has_text="context tokens").wait_for(timeout=120_000)
+        page.locator("#text textarea").fill(PASSAGE * (tokens // TOKENS_PER_PASSAGE))
+        page.wait_for_function("document.querySelector('#status').innerText.includes('reused')", timeout=120_000)
+        time.sleep(3)  # the first suggestions for the long text, then reading
+        totals, models, stored = [], [], []
+        for i in range(clicks):
+            before = status.inner_text()
+            page.evaluate("document.querySelector('#status').dataset.old = document.querySelector('#status').innerText")
+            start = time.perf_counter()
+            page.locator(f"#branch-{i % 3 if branch == 'cycle' else int(branch)}").click()
+            page.wait_for_function(  # the new status line (not gradio's pending state in between)
+                "(s => s.innerText !== s.dataset.old && !s.innerText.includes('processing') && / ms · /.test(s.innerText))"
+                "(document.querySelector('#status'))",
+                timeout=60_000, polling="raf",
+            )
+            totals.append(1000 * (time.perf_counter() - start))
+            after = status.inner_text()
+            models.append(float(re.search(r"(\d+) ms", after).group(1)))
+            stored.append(page.evaluate("Object.values(localStorage).reduce((n, v) => n + v.length, 0)"))
+            assert after != before
+            time.sleep(READING_SECONDS)
+        context = int(re.search(r"(\d+) context tokens", status.inner_text()).group(1))
+        browser.close()
+    pages = [t - m for t, m in zip(totals, models)]
+    quantile = lambda xs, q: sorted(xs)[int(q * (len(xs) - 1))]  # noqa: E731
+    return {
+        "context": context, "p50": statistics.median(totals), "p95": quantile(totals, 0.95),
+        "model": statistics.median(models), "page": statistics.median(pages),
+        "page_first": statistics.median(pages[:10]), "page_last": statistics.median(pages[-10:]),
+        "storage": (stored[-1] - stored[0]) / max(1, len(stored) - 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1000, 3000])
+    parser.add_argument("--clicks", type=int, default=60)
+    parser.add_argument("--branch", default="0", help="which branch each click takes: 0-9, or cycle")
+    args = parser.parse_args()
+    print(f"{args.clicks} clicks on branch {args.branch}, {READING_SECONDS} s apart, {os.cpu_count()} CPU cores; "
+          "times in ms\n")
+    print("| text | precompute | context tokens | click→update p50 | p95 | model p50 | page p50 "
+          "| page, first 10 / last 10 | localStorage per click (chars) |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for tokens in args.tokens:
+        for precompute in (False, True):
+            server, url = serve(precompute)
+            try:
+                r = session(url, tokens, args.clicks, args.branch)
+            finally:
+                server.kill()
+                server.wait()
+            print(f"| ~{tokens} | {'on' if precompute else 'off'} | {r['context']} | **{r['p50']:.0f}** | {r['p95']:.0f} "
+                  f"| {r['model']:.0f} | {r['page']:.0f} | {r['page_first']:.0f} / {r['page_last']:.0f} "
+                  f"| {r['storage']:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

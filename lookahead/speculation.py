@@ -1,0 +1,136 @@
+"""Answers ready before the click: while the writer reads, compute what each shown branch gives if taken.
+
+After a lookahead for text T, a background thread computes the lookahead for T + branch i,
+branch by branch in the order shown, with exactly the request the page will send on that click.
+It works on a private copy of the session's KV cache (`ScratchStore`), so real requests never
+wait for it or find their cache taken, and it goes through the same code path as a real request
+(appending the branch's KV from the branch tree, then running the rest), so a precomputed answer
+is the one a fresh call would give, bit for bit. A click whose answer is ready installs the few
+new tokens' KV into the session's cache and returns it at once.
+
+It never holds up real work: it starts only while no other request is running and stops before
+its next branch once any request arrives (`Speculator.arrived`). It keeps no more than one
+session's worth of cache copy, and a session's ready answers are dropped as soon as it moves on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Hashable, Sequence
+
+from transformers import DynamicCache
+
+from lookahead.prefix_cache import Continuation, PrefixCacheStore, append_known_continuation
+
+Request = dict  # the checked arguments of one call (custom_llm_inference builds them)
+log = logging.getLogger(__name__)
+
+
+class Skip(Exception):
+    """This branch cannot be precomputed from the copy (its text tokenizes across the old boundary)."""
+
+
+class ScratchStore:
+    """A PrefixCacheStore stand-in over a private copy of one session's cache.
+
+    `take` serves the copy extended by the branch tokens' known KV, as the real store would;
+    `put` records the new tokens' KV and cuts the copy back, ready for the next branch.
+    """
+
+    def __init__(self, ids: Sequence[int], cache: DynamicCache, continuations: list[Continuation]):
+        self.base_ids, self.cache, self.continuations = tuple(ids), cache, continuations
+        self.recorded: tuple[tuple[int, ...], list, list[Continuation]] | None = None
+
+    def take(self, key: Hashable, token_ids: Sequence[int]) -> tuple[DynamicCache, int]:
+        n = len(self.base_ids)
+        if len(token_ids) <= n or tuple(token_ids[:n]) != self.base_ids or not self.continuations:
+            raise Skip
+        return self.cache, n + append_known_continuation(self.cache, self.continuations, token_ids[n:-1])
+
+    def put(self, key: Hashable, token_ids: Sequence[int], cache: DynamicCache, continuations=()) -> None:
+        n = len(self.base_ids)
+        new_kv = [(layer.keys[..., n:, :].clone(), layer.values[..., n:, :].clone()) for layer in cache.layers]
+        self.recorded = (tuple(token_ids), new_kv, list(continuations))
+        cache.crop(n - cache.get_seq_length())
+
+
+class Speculator:
+    """Ready answers per session, and the one background job that computes them."""
+
+    def __init__(self, store: PrefixCacheStore):
+        self.store = store
+        self._lock = threading.Lock()
+        self._ready: dict[Hashable, dict[Hashable, tuple]] = {}  # session key -> request signature -> answer
+        self._arrivals = 0  # real requests so far: a job stops once this moves
+        self._running = 0  # real requests being computed now
+        self._job: threading.Thread | None = None
+        self.served = 0  # clicks answered from a ready answer
+
+    def arrived(self, key: Hashable, task: str, request: Request) -> tuple | None:
+        """A real request arrives: pre-empt the job; return its ready answer if there is one."""
+        with self._lock:
+            self._arrivals += 1
+            self._running += 1
+            return self._ready.pop(key, {}).get(signature(task, request))
+
+    def finished(self) -> None:
+        with self._lock:
+            self._running -= 1
+
+    def claim(self, key: Hashable, answer: tuple) -> dict | None:
+        """Install a ready answer's KV into the session's cache; its result, or None if the session moved on."""
+        base_ids, (ids, new_kv, continuations), result = answer
+        if not self.store.install(key, base_ids, ids, new_kv, continuations):
+            return None
+        with self._lock:
+            self.served += 1
+        return result
+
+    def start(
+        self, key: Hashable, task: str, requests: list[Request], compute: Callable[[Request, ScratchStore], dict]
+    ) -> None:
+        """Precompute `task` for `requests` (in order) in the background, unless another request is running."""
+        with self._lock:
+            if self._running:
+                return  # other visitors are waiting: their requests come first
+            ticket = self._arrivals
+        entry = self.store.copy(key)
+        if entry is None:
+            return
+        self._job = threading.Thread(target=self._run, args=(key, task, requests, compute, ticket, entry), daemon=True)
+        self._job.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the background job (if any) has finished."""
+        if self._job is not None:
+            self._job.join(timeout)
+
+    def _run(self, key, task, requests, compute, ticket, entry) -> None:
+        ids, cache, continuations = entry
+        ready: dict[Hashable, tuple] = {}
+        for request in requests:
+            if self._arrivals != ticket:
+                return  # a real request came: it goes first, and the writer may have moved on
+            scratch = ScratchStore(ids, cache, continuations)
+            try:
+                result = compute(request, scratch)
+            except Skip:
+                continue
+            except Exception:  # noqa: BLE001 - a failed guess must never reach the writer; say so in the log
+                log.exception("precomputing a branch failed; the click will compute it instead")
+                return
+            ready[signature(task, request)] = (tuple(ids), scratch.recorded, result)
+            with self._lock:
+                if self._arrivals != ticket:
+                    return
+                self._ready = {key: dict(ready)}  # one session's answers at a time
+
+    def clear(self) -> None:
+        self.wait()
+        with self._lock:
+            self._ready.clear()
+
+
+def signature(task: str, request: Request) -> Hashable:
+    return task, tuple(sorted(request.items()))

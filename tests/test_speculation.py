@@ -1,0 +1,85 @@
+"""Answers computed while the writer reads: a click on a shown branch gets exactly what a fresh call gives."""
+
+import threading
+
+import torch
+from transformers import DynamicCache
+
+import custom_llm_inference as cli
+from lookahead.prefix_cache import PrefixCacheStore
+from lookahead.speculation import Speculator
+from reference import reference_lookahead
+from test_lookahead_api import assert_matches_reference
+
+TEXT = "Once upon a time, in a village by the sea, there lived"
+
+
+def test_taking_a_shown_branch_is_answered_from_the_precomputed_result_exactly(model_name):
+    model, tokenizer = cli.load_model(model_name)
+    k, depth = 3, 3
+    shown = cli.lookahead(TEXT, k, depth, session="plain", model_name=model_name)
+    for i in range(k):
+        taken = TEXT + shown["branches"][i]["text"]
+        cli.lookahead(TEXT, k, depth, session=f"ahead {i}", model_name=model_name, precompute=True)
+        cli.speculator.wait()
+        served = cli.speculator.served
+        ahead = cli.lookahead(taken, k, depth, session=f"ahead {i}", model_name=model_name)
+        assert cli.speculator.served == served + 1, "answered from the precomputed result"
+        cli.lookahead(TEXT, k, depth, session=f"fresh {i}", model_name=model_name)
+        fresh = cli.lookahead(taken, k, depth, session=f"fresh {i}", model_name=model_name)
+        assert ahead == fresh, "bit for bit what the same click computes without precomputation"
+        assert_matches_reference(ahead, reference_lookahead(model, tokenizer, taken, k, depth), k)
+        # The session's cache now holds the taken text, exactly: the next step is warm and right.
+        further = taken + ahead["branches"][0]["text"]
+        after = cli.lookahead(further, k, depth, session=f"ahead {i}", model_name=model_name)
+        assert after["reused_tokens"] >= ahead["context_tokens"]
+        assert after == cli.lookahead(further, k, depth, session=f"fresh {i}", model_name=model_name)
+
+
+def test_other_settings_or_an_edit_are_computed_afresh(embedded):
+    cli.lookahead(TEXT, 3, 3, session="s", precompute=True)
+    cli.speculator.wait()
+    served = cli.speculator.served
+    shown = cli.lookahead(TEXT, 3, 3, session="s", precompute=True)
+    cli.speculator.wait()
+    taken = TEXT + shown["branches"][0]["text"]
+    cli.lookahead(taken, 3, 3, temperature=0.5, session="s")  # not what was precomputed
+    cli.lookahead(taken + " and", 3, 3, session="s")
+    assert cli.speculator.served == served
+
+
+def fake_entry(store: PrefixCacheStore, key: str, n: int) -> None:
+    cache = DynamicCache()
+    cache.update(torch.zeros(1, 1, n, 4), torch.zeros(1, 1, n, 4), 0)
+    store.put(key, list(range(n)), cache, [((n,), [(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4))])])
+
+
+def test_a_real_request_stops_the_job_before_its_next_guess():
+    store = PrefixCacheStore(max_bytes=10**9)
+    fake_entry(store, "writer", 4)
+    speculator, started, release, computed = Speculator(store), threading.Event(), threading.Event(), []
+
+    def compute(request, scratch):
+        computed.append(request["n"])
+        started.set()
+        release.wait(5)
+        return {"n": request["n"]}
+
+    speculator.start("writer", "lookahead", [{"n": 1}, {"n": 2}, {"n": 3}], compute)
+    started.wait(5)
+    speculator.arrived("other visitor", "lookahead", {"n": 9})  # somebody's real request
+    release.set()
+    speculator.wait(5)
+    assert computed == [1], "no further guesses once a real request came"
+    speculator.finished()
+
+
+def test_no_job_starts_while_a_real_request_is_running():
+    store = PrefixCacheStore(max_bytes=10**9)
+    fake_entry(store, "writer", 4)
+    speculator, computed = Speculator(store), []
+    speculator.arrived("other visitor", "lookahead", {})
+    speculator.start("writer", "lookahead", [{"n": 1}], lambda request, scratch: computed.append(1) or {})
+    speculator.wait(5)
+    assert computed == []
+    speculator.finished()

@@ -1,0 +1,94 @@
+"""The page's HTML renderers: the next-token plot, the history tree, branch labels.
+
+Plain functions from data to HTML strings with inline styles (gr.HTML content does not see
+the page's CSS classes), so app.py stays the layout and the wiring.
+"""
+
+from __future__ import annotations
+
+import html
+
+from history import History
+
+PLOT_TOKENS = 10
+VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+ROW_STYLE = "display:flex;align-items:center;gap:8px;margin:3px 0;font:13px ui-monospace,monospace"
+TOKEN_STYLE = "flex:0 0 9em;text-align:right;overflow:hidden;text-overflow:ellipsis;white-space:pre"
+TRACK_STYLE = "flex:1 1 auto;display:flex;flex-direction:column;gap:1px"
+BAR_STYLE = "display:block;height:7px;border-radius:2px;min-width:1px"
+PCT_STYLE = "flex:0 0 8.5em;text-align:right;color:var(--body-text-color-subdued);white-space:pre"
+BASE_COLOR, FINAL_COLOR = "var(--neutral-400)", "var(--color-accent)"
+TREE_STYLE = "max-height:280px;overflow:auto;font:12px ui-monospace,monospace;line-height:1.6"
+
+
+def visible(text: str) -> str:
+    """Whitespace made visible, so a branch of spaces or newlines is not an empty button."""
+    return text.translate(VISIBLE_WHITESPACE)
+
+
+def distribution_plot(distribution: list[dict]) -> str:
+    """p_base and p_final bars for the top tokens and the rest ("other"); cut tokens greyed. Rows are clickable."""
+    top = distribution[:PLOT_TOKENS]
+    rows = [(d, visible(d["token"]), d["prob"], d.get("p_final", d["prob"]), d.get("kept", True)) for d in top]
+    other = (None, "other", max(0.0, 1 - sum(r[2] for r in rows)), max(0.0, 1 - sum(r[3] for r in rows)), True)
+    # Bars are scaled to the likeliest token, not to "other" (often the largest on a flat
+    # distribution), so the tokens' bars stay readable; a longer "other" bar is cut, and fades out.
+    scale = max((max(r[2], r[3]) for r in rows), default=0.0) or 1.0
+    clipped = max(other[2], other[3]) > scale
+
+    def bar(color: str, p: float) -> str:
+        fill = f"linear-gradient(90deg,{color} 80%,transparent)" if p > scale else color
+        return f'<span style="{BAR_STYLE};background:{fill};width:{min(100.0, 100 * p / scale):.1f}%"></span>'
+
+    legend = (
+        f'<div style="font-size:12px;color:var(--body-text-color-subdued);margin-bottom:4px">'
+        f'<span style="color:{BASE_COLOR}">■</span> p_base (plain softmax) '
+        f'<span style="color:{FINAL_COLOR}">■</span> p_final (after the sampling settings) · '
+        f'greyed: cut by the filters · click a token to append it'
+        + (" · bars are to the top token's scale; \"other\" is longer than shown" if clipped else "")
+        + "</div>"
+    )
+    html_rows = []
+    for entry, token, p_base, p_final, kept in [*rows, other]:
+        attrs = f'data-token-id="{entry["token_id"]}" title="append {html.escape(token)}"' if entry else ""
+        style = ROW_STYLE + (";cursor:pointer" if entry else "") + ("" if kept else ";opacity:.4")
+        final_text = f"{100 * p_final:5.1f}%" if kept else "  cut"
+        html_rows.append(
+            f'<div class="dist-row" {attrs} style="{style}">'
+            f'<span style="{TOKEN_STYLE}">{html.escape(token)}</span>'
+            f'<span style="{TRACK_STYLE}">{bar(BASE_COLOR, p_base)}{bar(FINAL_COLOR, p_final)}</span>'
+            f'<span style="{PCT_STYLE}">{100 * p_base:5.1f}% → {final_text}</span></div>'
+        )
+    return f'<div id="distribution">{legend}{"".join(html_rows)}</div>'
+
+
+def tree_view(history: History) -> str:
+    """The history tree, one line per node, indented where it forks; the current path highlighted."""
+    path, kids = set(history.path()), history.child_map()
+    lines = []
+    for node, indent in history.rows():
+        parent = history.nodes[node.parent].text if node.parent is not None else None
+        if parent is not None and node.text.startswith(parent):
+            label = "+" + visible(node.text[len(parent) :])
+        else:
+            label = ("…" if len(node.text) > 40 else "") + visible(node.text[-40:]) or "(empty)"
+        siblings = kids[node.parent]
+        fork = ("└ " if node.id == siblings[-1] else "├ ") if len(siblings) > 1 else ""
+        here = node.id == history.current
+        style = f"padding-left:{indent}em;white-space:pre;overflow:hidden;text-overflow:ellipsis;cursor:pointer"
+        if node.id in path:
+            style += ";font-weight:600;color:var(--color-accent)"
+        marker = "▶ " if here else "  "
+        lines.append(
+            f'<div class="tree-node" data-node="{node.id}" style="{style}"{" data-current" if here else ""}>'
+            f'{marker}{fork}<span style="color:var(--body-text-color-subdued)">{node.kind}</span> '
+            f"{html.escape(label[:60])}</div>"
+        )
+    return f'<div id="tree" style="{TREE_STYLE}">{"".join(lines)}</div>'
+
+
+def branch_label(branch: dict) -> str:
+    p_final = branch.get("p_final", branch["prob"])
+    return f"{visible(branch['text'])}  ·  " + (f"{100 * p_final:.0f}%" if p_final > 0 else "cut")
+
+
