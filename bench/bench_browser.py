@@ -17,15 +17,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from playwright.sync_api import sync_playwright
+from serving import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -38,22 +37,8 @@ TOKENS_PER_PASSAGE = 40  # about, for the embedded model's tokenizer
 
 
 def serve(precompute: bool) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1",
-           "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1",
-           "LOOKAHEAD_PRECOMPUTE": "1" if precompute else "0"}
-    server = subprocess.Popen([sys.executable, str(ROOT / "app.py")], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return server, url
-        except OSError:
-            time.sleep(0.5)
-    raise RuntimeError("the app did not start")
+    return start_server(lambda port: [sys.executable, str(ROOT / "app.py")],
+                        {"LOOKAHEAD_PRECOMPUTE": "1" if precompute else "0"}, "browser")
 
 
 def session(url: str, tokens: int, clicks: int, branch: str) -> dict:
@@ -69,11 +54,11 @@ def session(url: str, tokens: int, clicks: int, branch: str) -> dict:
         totals, models, stored = [], [], []
         for i in range(clicks):
             before = status.inner_text()
-            page.evaluate("document.querySelector('#status').dataset.old = document.querySelector('#status').innerText")
+            page.evaluate("(s => s.dataset.old = s.innerText)(document.querySelector('#status'))")
             start = time.perf_counter()
             page.locator(f"#branch-{i % 3 if branch == 'cycle' else int(branch)}").click()
-            page.wait_for_function(  # the new status line (not gradio's pending state in between)
-                "(s => s.innerText !== s.dataset.old && !s.innerText.includes('processing') && / ms · /.test(s.innerText))"
+            page.wait_for_function(  # the new status line, not gradio's progress lines ("queue: 1/1", "0.1s") above the old one
+                "(s => s.innerText.trim() !== s.dataset.old.trim() && s.innerText.trim().split('\\n')[0].includes('context tokens'))"
                 "(document.querySelector('#status'))",
                 timeout=60_000, polling="raf",
             )
@@ -112,7 +97,7 @@ def main() -> None:
             try:
                 r = session(url, tokens, args.clicks, args.branch)
             finally:
-                server.kill()
+                os.killpg(server.pid, 9)
                 server.wait()
             print(f"| ~{tokens} | {'on' if precompute else 'off'} | {r['context']} | **{r['p50']:.0f}** | {r['p95']:.0f} "
                   f"| {r['model']:.0f} | {r['page']:.0f} | {r['page_first']:.0f} / {r['page_last']:.0f} "

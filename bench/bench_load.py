@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
 from gradio_client import Client
+from serving import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 CALLS = 3
@@ -48,31 +47,14 @@ def visitor_text(i: int) -> str:
     return f"Chapter {i + 1}. Visitor {i} begins a story of their own.\n\n" + PASSAGE * 9
 
 
-def start_server(mode: str) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1",
-           "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1"}
+def serve(mode: str) -> tuple[subprocess.Popen, str]:
     if mode == "plain":
-        command = [sys.executable, str(ROOT / "app.py")]
-    else:
-        # The emulation computes on this CPU: as many GPU workers at once as it has cores (a Space's
-        # default, 8, would only make forked workers fight over two cores).
-        env["LOOKAHEAD_CONCURRENCY"] = str(os.cpu_count())
-        log = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False).name
-        command = [sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), str(port), log]
-    output = open(Path(tempfile.gettempdir()) / f"bench_load_{mode}.log", "w")  # the server's own log
-    server = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(url, timeout=2)
-            return server, url
-        except OSError:
-            time.sleep(0.5)
-    server.kill()
-    raise RuntimeError(f"the {mode} server did not start")
+        return start_server(lambda port: [sys.executable, str(ROOT / "app.py")], {}, "load_plain")
+    log = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False).name  # the emulated scheduler's requests
+    # The emulation computes on this CPU: as many GPU workers at once as it has cores (a Space's
+    # default, 8, would only make forked workers fight over two cores).
+    return start_server(lambda port: [sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), str(port), log],
+                        {"LOOKAHEAD_CONCURRENCY": str(os.cpu_count())}, "load_zerogpu")
 
 
 class PeakMemory:
@@ -116,7 +98,7 @@ def interactions(client: Client, text: str) -> list[tuple[float, dict | None]]:
 
 
 def run_mode(mode: str, visitors: int) -> dict:
-    server, url = start_server(mode)
+    server, url = serve(mode)
     try:
         lone = interactions(Client(url, verbose=False), visitor_text(visitors))  # the baseline, alone
         memory = PeakMemory(server.pid)

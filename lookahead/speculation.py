@@ -31,6 +31,10 @@ class Skip(Exception):
     """This branch cannot be precomputed from the copy (its text tokenizes across the old boundary)."""
 
 
+class Preempted(Exception):
+    """A real request arrived: the job stops before its next forward pass."""
+
+
 class ScratchStore:
     """A PrefixCacheStore stand-in over a private copy of one session's cache.
 
@@ -38,8 +42,11 @@ class ScratchStore:
     `put` records the new tokens' KV and cuts the copy back, ready for the next branch.
     """
 
-    def __init__(self, ids: Sequence[int], cache: DynamicCache, continuations: list[Continuation]):
+    def __init__(
+        self, ids: Sequence[int], cache: DynamicCache, continuations: list[Continuation], checkpoint: Callable[[], None]
+    ):
         self.base_ids, self.cache, self.continuations = tuple(ids), cache, continuations
+        self.checkpoint = checkpoint  # to call before each forward pass: raises Preempted once a request arrives
         self.recorded: tuple[tuple[int, ...], list, list[Continuation]] | None = None
 
     def take(self, key: Hashable, token_ids: Sequence[int]) -> tuple[DynamicCache, int]:
@@ -95,10 +102,7 @@ class Speculator:
             if self._running:
                 return  # other visitors are waiting: their requests come first
             ticket = self._arrivals
-        entry = self.store.copy(key)
-        if entry is None:
-            return
-        self._job = threading.Thread(target=self._run, args=(key, task, requests, compute, ticket, entry), daemon=True)
+        self._job = threading.Thread(target=self._run, args=(key, task, requests, compute, ticket), daemon=True)
         self._job.start()
 
     def wait(self, timeout: float | None = None) -> None:
@@ -106,17 +110,24 @@ class Speculator:
         if self._job is not None:
             self._job.join(timeout)
 
-    def _run(self, key, task, requests, compute, ticket, entry) -> None:
+    def _run(self, key, task, requests, compute, ticket) -> None:
+        def checkpoint() -> None:
+            if self._arrivals != ticket:
+                raise Preempted  # a real request came: it goes first, and the writer may have moved on
+
+        entry = self.store.copy(key)  # here, not in start(): the copy is work the request need not wait for
+        if entry is None:
+            return
         ids, cache, continuations = entry
         ready: dict[Hashable, tuple] = {}
         for request in requests:
-            if self._arrivals != ticket:
-                return  # a real request came: it goes first, and the writer may have moved on
-            scratch = ScratchStore(ids, cache, continuations)
+            scratch = ScratchStore(ids, cache, continuations, checkpoint)
             try:
                 result = compute(request, scratch)
             except Skip:
                 continue
+            except Preempted:
+                return
             except Exception:  # noqa: BLE001 - a failed guess must never reach the writer; say so in the log
                 log.exception("precomputing a branch failed; the click will compute it instead")
                 return

@@ -63,6 +63,7 @@ def test_a_real_request_stops_the_job_before_its_next_guess():
         computed.append(request["n"])
         started.set()
         release.wait(5)
+        scratch.checkpoint()  # as before each forward pass: raises once a real request came
         return {"n": request["n"]}
 
     speculator.start("writer", "lookahead", [{"n": 1}, {"n": 2}, {"n": 3}], compute)
@@ -71,6 +72,8 @@ def test_a_real_request_stops_the_job_before_its_next_guess():
     release.set()
     speculator.wait(5)
     assert computed == [1], "no further guesses once a real request came"
+    assert speculator.arrived("writer", "lookahead", {"n": 1}) is None, "the interrupted guess was not kept"
+    speculator.finished()
     speculator.finished()
 
 
