@@ -4,6 +4,11 @@ Every appended branch, forced token, appended text, continuation and typing paus
 node holding the whole text at that point. Undo moves to the parent, redo to the child
 last visited; choosing something else after an undo adds a sibling. The tree is plain
 data, kept in the visitor's session, and exports to JSON and back losslessly.
+
+The JSON (version 2) stores each node as an edit of its parent's text: how many of the
+parent's characters it keeps, and what it adds. A click then costs the browser's storage
+the branch's few characters, not another copy of the whole text. Version 1 files, which
+stored every node's whole text, still read.
 """
 
 from __future__ import annotations
@@ -13,7 +18,8 @@ import time
 from dataclasses import asdict, dataclass, field
 
 FORMAT = "interactive-lookahead-history"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)
 KINDS = ("start", "type", "branch", "token", "append", "continue", "clear")
 PAUSE_SECONDS = 2.0  # typing within this long of the last keystroke edits the same node
 
@@ -114,9 +120,16 @@ class History:
     def to_json(self) -> str:
         return json.dumps(
             {"format": FORMAT, "version": VERSION, "model": self.model, "current": self.current,
-             "nodes": [asdict(n) for n in self.nodes]},
-            ensure_ascii=False, indent=1,
+             "nodes": [self._as_edit(n) for n in self.nodes]},
+            ensure_ascii=False, separators=(",", ":"),
         )
+
+    def _as_edit(self, node: Node) -> dict:
+        """The node as stored: its text as (characters kept from the parent's text, text added)."""
+        parent = "" if node.parent is None else self.nodes[node.parent].text
+        keep = _common_prefix(parent, node.text)
+        fields = {k: v for k, v in asdict(node).items() if k != "text"}
+        return {**fields, "keep": keep, "add": node.text[keep:]}
 
     @classmethod
     def from_json(cls, data: str) -> History:
@@ -127,12 +140,15 @@ class History:
             raise ValueError(f"not a JSON history file: {error}") from None
         if not isinstance(raw, dict) or raw.get("format") != FORMAT:
             raise ValueError(f"not an {FORMAT} file (its \"format\" field is missing or different)")
-        if raw.get("version") != VERSION:
-            raise ValueError(f"history version {raw.get('version')!r} is not supported (this app reads {VERSION})")
+        version = raw.get("version")
+        if version not in READS:
+            raise ValueError(f"history version {version!r} is not supported (this app reads {list(READS)})")
         nodes_raw = raw.get("nodes")
         if not isinstance(nodes_raw, list) or not nodes_raw:
             raise ValueError("the history has no nodes")
-        nodes = [_node(i, n) for i, n in enumerate(nodes_raw)]
+        nodes: list[Node] = []
+        for i, n in enumerate(nodes_raw):
+            nodes.append(_node(i, n if version == 1 else _with_text(i, n, nodes)))
         for node in nodes:
             lc = node.last_child
             if lc is not None and (lc >= len(nodes) or nodes[lc].parent != node.id):
@@ -143,6 +159,29 @@ class History:
         if not isinstance(model, str):
             raise ValueError("the history does not say which model made it")
         return cls(nodes, current, model)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix, by halving with C-speed slice comparisons (texts are long)."""
+    if b.startswith(a):
+        return len(a)
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if a[:mid] == b[:mid] else (low, mid - 1)
+    return low
+
+
+def _with_text(i: int, raw: object, earlier: list[Node]) -> object:
+    """A version 2 node (keep, add) as a version 1 node (text), from its parent's text."""
+    if not isinstance(raw, dict) or not {"keep", "add", "parent"} <= set(raw):
+        return raw  # _node says which fields are missing
+    parent, keep, add = raw["parent"], raw["keep"], raw["add"]
+    base = earlier[parent].text if isinstance(parent, int) and 0 <= parent < i else ""
+    if isinstance(keep, bool) or not isinstance(keep, int) or not 0 <= keep <= len(base) or not isinstance(add, str):
+        raise ValueError(f"node {i}: keep must be a count of the parent's characters and add a string")
+    fields = {k: v for k, v in raw.items() if k not in ("keep", "add")}
+    return {**fields, "text": base[:keep] + add}
 
 
 def _node(i: int, raw: object) -> Node:

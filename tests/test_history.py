@@ -87,3 +87,35 @@ def test_bad_history_files_raise_clear_value_errors(monkeypatch, edit, message):
     data = edit(json.loads(h.to_json()))
     with pytest.raises(ValueError, match=message):
         History.from_json(data if isinstance(data, str) else json.dumps(data))
+
+
+def test_a_click_stores_only_its_edit(monkeypatch):
+    h = written(monkeypatch, [0.0])
+    long = "word " * 3000
+    h.add(long, "append")
+    before = len(h.to_json())
+    h.add(long + " and then", "branch", [7, 8, 9], {"temperature": 1.0, "top_k": 0, "top_p": 1.0})
+    h.add(long[:-100] + "edited", "type")
+    h.add("", "clear")
+    assert len(h.to_json()) - before < 600, "three nodes cost their edits, not three copies of the text"
+    assert History.from_json(h.to_json()) == h
+
+
+def test_version_1_files_still_read(monkeypatch):
+    h = written(monkeypatch, [2.0])
+    h.add("Once upon", "branch", [1, 2])
+    h.undo()
+    h.add("Once more", "append")
+    v1 = {"format": "interactive-lookahead-history", "version": 1, "model": h.model, "current": h.current,
+          "nodes": [{"id": n.id, "parent": n.parent, "text": n.text, "kind": n.kind, "token_ids": n.token_ids,
+                     "settings": n.settings, "time": n.time, "last_child": n.last_child} for n in h.nodes]}
+    assert History.from_json(json.dumps(v1)) == h
+
+
+def test_an_edit_that_keeps_more_than_its_parent_has_is_refused(monkeypatch):
+    h = written(monkeypatch, [0.0])
+    h.add("Once more", "branch", [5])
+    data = json.loads(h.to_json())
+    data["nodes"][1]["keep"] = 99
+    with pytest.raises(ValueError, match="keep"):
+        History.from_json(json.dumps(data))
