@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Hashable, Sequence
 
 from transformers import DynamicCache
@@ -24,6 +25,9 @@ from transformers import DynamicCache
 from lookahead.prefix_cache import Continuation, PrefixCacheStore, append_known_continuation
 
 Request = dict  # the checked arguments of one call (custom_llm_inference builds them)
+# The reply that just finished still has to reach the page and be drawn (~200 ms of this 2-core
+# CPU's time for server and browser): the job waits this long first, so it does not compete with it.
+REPLY_GRACE_SECONDS = 0.25
 log = logging.getLogger(__name__)
 
 
@@ -115,6 +119,9 @@ class Speculator:
             if self._arrivals != ticket:
                 raise Preempted  # a real request came: it goes first, and the writer may have moved on
 
+        time.sleep(REPLY_GRACE_SECONDS)
+        if self._arrivals != ticket:
+            return
         entry = self.store.copy(key)  # here, not in start(): the copy is work the request need not wait for
         if entry is None:
             return
