@@ -21,7 +21,7 @@ import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisati
 
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 import torch
@@ -199,7 +199,6 @@ def _run(
     branch_mode: str = "greedy",
     seed: int = 0,
     store: PrefixCacheStore | ScratchStore = prefix_caches,
-    checkpoint: Callable[[], None] | None = None,
 ) -> _Run:
     """Tokenize (healing trailing whitespace), reuse the session's cache from `store`, and compute the branches."""
     model, tokenizer = load_model(model_name)
@@ -215,7 +214,7 @@ def _run(
     context = torch.tensor([ids], device=model.device)
     generator = torch.Generator(device=model.device).manual_seed(seed)
     result = get_lookahead_sequences(
-        model, context, n_branches, depth, cache, allowed, sampling, branch_mode, generator, checkpoint
+        model, context, n_branches, depth, cache, allowed, sampling, branch_mode, generator
     )
     continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
     store.put(key, ids, result.cache, continuations)
@@ -332,7 +331,7 @@ def lookahead(
         taken = [{**request, "text": request["text"] + branch["text"]} for branch in result["branches"]]
         key = (request["model_name"] or default_model_name(), request["session"])
         speculator.start(
-            key, "lookahead", taken, lambda r, scratch: _lookahead(**r, store=scratch, checkpoint=scratch.checkpoint)
+            key, "lookahead", taken, lambda r, scratch: _lookahead(**r, store=scratch)
         )
     return result
 
@@ -340,9 +339,8 @@ def lookahead(
 def _lookahead(
     text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
     model_name: str | None, store: PrefixCacheStore | ScratchStore = prefix_caches,
-    checkpoint: Callable[[], None] | None = None,
 ) -> dict:
-    run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed, store, checkpoint)
+    run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed, store)
     sequences = run.result.sequences.tolist()
     texts = run.tokenizer.batch_decode(sequences, clean_up_tokenization_spaces=False)
     firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])

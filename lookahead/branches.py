@@ -11,7 +11,6 @@ append after the prompt, so taking a branch costs one token's forward instead of
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -65,7 +64,6 @@ def get_lookahead_sequences(
     sampling: Sampling = PLAIN,
     branch_mode: str = "greedy",
     generator: torch.Generator | None = None,
-    checkpoint: Callable[[], None] | None = None,
 ) -> Lookahead:
     """Top `n_branch_tokens` next tokens after `input_ids` (1, T), each continued to `depth` tokens.
 
@@ -73,15 +71,12 @@ def get_lookahead_sequences(
     and comes back holding exactly `input_ids`). `allowed_first_tokens` (bool, vocab)
     restricts the first token, for token healing. First tokens are ranked by p_final
     under `sampling`; later ones are chosen by `branch_mode` (greedy or sampled from
-    p_final with `generator`), see lookahead/sampling.py. `checkpoint`, if given, is called
-    before each forward pass: background work stops there by raising.
+    p_final with `generator`), see lookahead/sampling.py.
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"expected input_ids of shape (1, T), got {tuple(input_ids.shape)}")
     cache = GrowableCache() if cache is None else cache
     prompt_len = input_ids.shape[1]
-    checkpoint = checkpoint or (lambda: None)
-    checkpoint()
     logits = extend_cache(model, input_ids, cache)
     first = logits if allowed_first_tokens is None else logits.masked_fill(~allowed_first_tokens, float("-inf"))
     first = first.float()  # rank exactly as the distribution shown does (same ties)
@@ -92,7 +87,6 @@ def get_lookahead_sequences(
     for step in range(1, depth):
         mask = tree_attention_mask(prompt_len, k, step, model.dtype, input_ids.device)
         positions = torch.full((1, k), prompt_len + step - 1, device=input_ids.device)
-        checkpoint()
         out = model(tokens[None], past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True)
         step_logits.append(out.logits[0])
         context = torch.cat([input_ids.expand(k, -1), torch.stack(sequences, dim=1)], dim=1)
