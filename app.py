@@ -5,6 +5,7 @@ UI only: every number shown comes from custom_llm_inference. Run with `python ap
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -74,6 +75,28 @@ DOWNLOAD_JS = """(json) => {
   link.download = 'lookahead-history.json';
   document.body.appendChild(link); link.click(); link.remove();
 }"""
+STORAGE_KEY = "interactive-lookahead-history"  # the browser's copy of the tree, for reloads
+READ_STORED_JS = f"(_, history) => [localStorage.getItem('{STORAGE_KEY}'), history]"
+SAVE_HISTORY_JS = """(message) => {
+  // Keep the browser's copy of the tree: the whole tree once, then each update's changed nodes.
+  if (!message) return;
+  const update = JSON.parse(message);
+  const resync = () => document.getElementById("history-resync")?.click();
+  let tree = null;
+  try { tree = JSON.parse(localStorage.getItem("KEY")); } catch (e) {}
+  if (update.whole) {
+    tree = {...update.whole, sync: update.sync};
+  } else if (!tree || tree.sync !== update.sync) {
+    return resync();  // no copy, or another tab's tree: ask for the whole one
+  } else {
+    for (const node of update.nodes) {
+      if (node.id > tree.nodes.length) return resync();
+      tree.nodes[node.id] = node;
+    }
+    tree.current = update.current;
+  }
+  try { localStorage.setItem("KEY", JSON.stringify(tree)); } catch (e) { console.warn("history not kept:", e); }
+}""".replace("KEY", STORAGE_KEY)
 IMPORT_HTML = (
     '<label style="cursor:pointer;font-size:13px;padding:4px 10px;border:1px solid var(--border-color-primary);'
     'border-radius:6px;display:inline-block">Import JSON…'
@@ -82,7 +105,7 @@ IMPORT_HTML = (
 
 CSS = """
 .branch-btn { font-family: ui-monospace, monospace !important; }
-#text-edited { display: none !important; }
+#text-edited, #history-resync { display: none !important; }
 #status { font-size: 13px; color: var(--body-text-color-subdued); }
 """
 def node_settings(shown: tuple[str, dict] | None) -> dict:
@@ -114,13 +137,13 @@ def suggest(
 ):
     """Recompute everything for `text`: branches, plot, status. A typing pause becomes a history node.
 
-    The tree goes back to the browser's storage as JSON each time, so a reload keeps it.
+    What changed in the tree goes to the browser's copy each time, so a reload keeps it.
     """
     history.add(text, "type")
     if not text:
         hidden = [gr.update(visible=False)] * MAX_BUTTONS
         status = "Type something to see where the model could go next."
-        return (None, *hidden, "", status, history, tree_view(history), history.to_json())
+        return (None, *hidden, "", status, history, tree_view(history), history_changes(history))
     if seed is None:
         raise gr.Error("Give a seed (a whole number, 0 or more).")
     start = time.perf_counter()
@@ -142,7 +165,12 @@ def suggest(
     if result["notice"]:
         status += f" · ⚠️ {result['notice']}"
     plot = distribution_plot(result["distribution"])
-    return ((text, result), *buttons, plot, status, history, tree_view(history), history.to_json())
+    return ((text, result), *buttons, plot, status, history, tree_view(history), history_changes(history))
+
+
+def history_changes(history: History, whole: bool = False) -> str:
+    """What the browser's copy of the tree lacks, as JSON (SAVE_HISTORY_JS applies it)."""
+    return json.dumps(history.changes(whole), ensure_ascii=False, separators=(",", ":"))
 
 
 def shown_for(text: str, shown: tuple[str, dict] | None) -> dict:
@@ -226,7 +254,7 @@ def import_history(history: History, event: gr.EventData):
 
 
 def restore(stored: str | None, history: History) -> tuple[str | dict, History]:
-    """The tree this browser kept from an earlier visit, if it has a readable one.
+    """The tree this browser kept (READ_STORED_JS reads it), if it has a readable one.
 
     Without one the box is left as it is: the writer may have started typing before the page
     finished loading (under load, this event can wait in the queue for seconds).
@@ -313,8 +341,9 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     shown = gr.State(None)  # (text, lookahead result) behind the buttons on screen
     history = gr.State(History.start(DEFAULT_TEXT, cli.default_model_name()))
     history_json = gr.Textbox(visible=False)  # carries an export to the browser's download
-    # The tree also lives in this browser's localStorage, so a reload picks up where it left off.
-    stored_history = gr.BrowserState(None, storage_key="interactive-lookahead-history")
+    # The tree also lives in this browser's localStorage, so a reload picks up where it left off:
+    # each update sends it what changed (history.changes), and SAVE_HISTORY_JS keeps the copy.
+    history_sync = gr.Textbox(visible="hidden", elem_id="history-sync")
     with gr.Row():
         with gr.Column(scale=3):
             text = gr.Textbox(label="Your text", lines=8, max_lines=30, elem_id="text", value=DEFAULT_TEXT)
@@ -327,6 +356,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
             with gr.Row():
                 refresh_button = gr.Button("Refresh (Ctrl+Enter)", elem_id="refresh", size="sm")
                 text_edited = gr.Button(elem_id="text-edited")  # hidden: pressed by KEYBOARD_JS on every edit
+                history_resync = gr.Button(elem_id="history-resync")  # hidden: pressed by SAVE_HISTORY_JS
                 undo_button = gr.Button("Undo", elem_id="undo", size="sm")
                 redo_button = gr.Button("Redo", elem_id="redo", size="sm")
                 clear_button = gr.Button("Clear", elem_id="clear", size="sm")
@@ -377,13 +407,17 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     suggest_io = dict(
         fn=ordered(suggest),
         inputs=[text, history, n_branches, depth, *sampling_controls, seed],
-        outputs=[shown, *branch_buttons, plot, status, history, tree, stored_history],
+        outputs=[shown, *branch_buttons, plot, status, history, tree, history_sync],
         **private,
     )
     # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
     text_edited.click(trigger_mode="always_last", **suggest_io)
     gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit], **suggest_io)
-    demo.load(ordered(restore), [stored_history, history], [text, history], **private).then(**suggest_io)
+    demo.load(ordered(restore), [history_sync, history], [text, history], js=READ_STORED_JS, **private).then(
+        **suggest_io
+    )
+    history_sync.change(None, history_sync, None, js=SAVE_HISTORY_JS)
+    history_resync.click(ordered(lambda h: history_changes(h, whole=True)), history, history_sync, **private)
     preset.input(apply_preset, preset, sampling_controls, **private).then(**suggest_io)
     gr.on(
         [temperature.release, top_k.release, top_p.release, repetition_penalty.release, branch_mode.input],

@@ -9,12 +9,16 @@ The JSON (version 2) stores each node as an edit of its parent's text: how many 
 parent's characters it keeps, and what it adds. A click then costs the browser's storage
 the branch's few characters, not another copy of the whole text. Version 1 files, which
 stored every node's whole text, still read.
+
+The browser keeps a copy of the tree (so a reload picks up where it left off), and each update
+sends it only what changed (`changes`): the whole tree once, then the nodes added or altered.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 
 FORMAT = "interactive-lookahead-history"
@@ -41,10 +45,33 @@ class History:
     nodes: list[Node]
     current: int
     model: str
+    # Which browser copy this tree is mirrored to, and the nodes changed since it was last updated
+    # (None: that copy is unknown, so the next update sends the whole tree).
+    sync: str = field(default="", compare=False, repr=False)
+    changed: set[int] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def start(cls, text: str, model: str) -> History:
         return cls([Node(0, None, text, "start", time=time.time())], 0, model)
+
+    def changes(self, whole: bool = False) -> dict:
+        """For the browser's copy: the whole tree the first time (or if `whole`), then the nodes changed since.
+
+        Either {"sync", "whole": the tree as to_json writes it} or {"sync", "current", "nodes": [changed
+        nodes, as stored, by id]}. A copy with another "sync" is another tree's: it needs the whole one.
+        """
+        if self.changed is None or whole:
+            self.sync = uuid.uuid4().hex[:12]  # a new copy (gradio gives each session a copy of one default tree)
+            message = {"sync": self.sync, "whole": self.as_dict()}
+        else:
+            nodes = [self._as_edit(self.nodes[i]) for i in sorted(self.changed)]
+            message = {"sync": self.sync, "current": self.current, "nodes": nodes}
+        self.changed = set()
+        return message
+
+    def _touch(self, *node_ids: int) -> None:
+        if self.changed is not None:
+            self.changed.update(node_ids)
 
     @property
     def text(self) -> str:
@@ -69,16 +96,19 @@ class History:
             return
         if kind == here.kind == "type" and not self.children(here.id) and now - here.time < PAUSE_SECONDS:
             here.text, here.time = text, now
+            self._touch(here.id)
             return
         node = Node(len(self.nodes), here.id, text, kind, list(token_ids), dict(settings or {}), now)
         self.nodes.append(node)
         here.last_child = self.current = node.id
+        self._touch(here.id, node.id)
 
     def undo(self) -> bool:
         parent = self.nodes[self.current].parent
         if parent is None:
             return False
         self.nodes[parent].last_child, self.current = self.current, parent
+        self._touch(parent)
         return True
 
     def redo(self) -> bool:
@@ -94,7 +124,9 @@ class History:
         self.current = node_id
         path = self.path()
         for parent, child in zip(path, path[1:]):  # redo from any ancestor leads back here
-            self.nodes[parent].last_child = child
+            if self.nodes[parent].last_child != child:
+                self.nodes[parent].last_child = child
+                self._touch(parent)
 
     def path(self) -> list[int]:
         """Node ids from the root to the current node."""
@@ -118,11 +150,11 @@ class History:
         return out
 
     def to_json(self) -> str:
-        return json.dumps(
-            {"format": FORMAT, "version": VERSION, "model": self.model, "current": self.current,
-             "nodes": [self._as_edit(n) for n in self.nodes]},
-            ensure_ascii=False, separators=(",", ":"),
-        )
+        return json.dumps(self.as_dict(), ensure_ascii=False, separators=(",", ":"))
+
+    def as_dict(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "model": self.model, "current": self.current,
+                "nodes": [self._as_edit(n) for n in self.nodes]}
 
     def _as_edit(self, node: Node) -> dict:
         """The node as stored: its text as (characters kept from the parent's text, text added)."""
@@ -133,7 +165,10 @@ class History:
 
     @classmethod
     def from_json(cls, data: str) -> History:
-        """The history in `data` (as written by to_json); ValueError saying what is wrong otherwise."""
+        """The history in `data` (as written by to_json); ValueError saying what is wrong otherwise.
+
+        A tree read back is new to every browser copy (another tab may have read the same one).
+        """
         try:
             raw = json.loads(data)
         except (json.JSONDecodeError, TypeError) as error:

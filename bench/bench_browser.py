@@ -29,7 +29,7 @@ from serving import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-READING_SECONDS = 1.5
+READING_SECONDS = 1.5  # the issue's pace; --reading changes it (a 500-click session at 0.5 s)
 PASSAGE = (
     "The harbour town woke slowly. Fishermen hauled their nets along the quay, gulls argued over "
     "scraps, and the baker's boy ran between the houses with a basket of warm loaves. "
@@ -61,7 +61,7 @@ TIMING_JS = """() => {
 }"""
 
 
-def session(url: str, tokens: int, clicks: int, branch: str) -> dict:
+def session(url: str, tokens: int, clicks: int, branch: str, reading: float) -> dict:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -82,15 +82,16 @@ def session(url: str, tokens: int, clicks: int, branch: str) -> dict:
             totals.append(page.evaluate(first_update_after_click) - page.evaluate(f"window.__timing.clicks[{i}]"))
             models.append(float(re.search(r"(\d+) ms", status.inner_text()).group(1)))
             stored.append(page.evaluate("Object.values(localStorage).reduce((n, v) => n + v.length, 0)"))
-            time.sleep(READING_SECONDS)
+            time.sleep(reading)
         context = int(re.search(r"(\d+) context tokens", status.inner_text()).group(1))
         browser.close()
     pages = [t - m for t, m in zip(totals, models)]
+    edge = max(10, clicks // 10)  # the first and last tenth of the session (10 clicks at least)
     quantile = lambda xs, q: sorted(xs)[int(q * (len(xs) - 1))]  # noqa: E731
     return {
         "context": context, "p50": statistics.median(totals), "p95": quantile(totals, 0.95),
         "model": statistics.median(models), "page": statistics.median(pages),
-        "page_first": statistics.median(pages[:10]), "page_last": statistics.median(pages[-10:]),
+        "page_first": statistics.median(pages[:edge]), "page_last": statistics.median(pages[-edge:]),
         "storage": (stored[-1] - stored[0]) / max(1, len(stored) - 1),
     }
 
@@ -100,17 +101,19 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[1000, 3000])
     parser.add_argument("--clicks", type=int, default=60)
     parser.add_argument("--branch", default="0", help="which branch each click takes: 0-9, or cycle")
+    parser.add_argument("--reading", type=float, default=READING_SECONDS, help="seconds between clicks")
+    parser.add_argument("--precompute", choices=["both", "on", "off"], default="both")
     args = parser.parse_args()
-    print(f"{args.clicks} clicks on branch {args.branch}, {READING_SECONDS} s apart, {os.cpu_count()} CPU cores; "
+    print(f"{args.clicks} clicks on branch {args.branch}, {args.reading} s apart, {os.cpu_count()} CPU cores; "
           "times in ms\n")
     print("| text | precompute | context tokens | click→update p50 | p95 | model p50 | page p50 "
-          "| page, first 10 / last 10 | localStorage per click (chars) |")
+          "| page, first / last tenth | localStorage per click (chars) |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for tokens in args.tokens:
-        for precompute in (False, True):
+        for precompute in {"both": (False, True), "on": (True,), "off": (False,)}[args.precompute]:
             server, url = serve(precompute)
             try:
-                r = session(url, tokens, args.clicks, args.branch)
+                r = session(url, tokens, args.clicks, args.branch, args.reading)
             finally:
                 os.killpg(server.pid, 9)
                 server.wait()

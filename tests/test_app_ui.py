@@ -93,6 +93,22 @@ def test_tree_view_marks_the_current_node_and_forks_and_escapes_text():
     assert view.count("data-current") == 1 and "├ " in view and "└ " in view
 
 
+def test_tree_view_shows_a_window_around_the_current_node_however_long_the_session():
+    h = History.start("Start", "m")
+    for i in range(500):
+        h.add(h.text + f" {i}", "branch")
+    sizes = []
+    for node in (500, 250, 0):
+        h.select(node)
+        view = tree_view(h, rows=60)
+        assert view.count('class="tree-node"') == 60 and f'data-node="{node}"' in view
+        assert view.count("data-current") == 1
+        sizes.append(len(view))
+    assert len(tree_view(h, rows=10**6)) > 5 * max(sizes), "the whole tree would be far larger"
+    h.select(500)
+    assert "⋯ 441 earlier lines" in tree_view(h, rows=60) and "later" not in tree_view(h, rows=60)
+
+
 def test_import_errors_are_shown_not_raised_as_tracebacks():
     with pytest.raises(gr.Error, match="Could not import"):
         import_history(History.start("a", "m"), SimpleNamespace(json="{}"))

@@ -1,6 +1,8 @@
 """The app in a real browser: Debian's Chromium, headless, driven by Playwright."""
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -8,6 +10,7 @@ from playwright.sync_api import expect, sync_playwright
 
 import custom_llm_inference as cli
 from history import History
+from app import STORAGE_KEY
 from ui.render import branch_label
 
 CHROMIUM = "/usr/bin/chromium"
@@ -209,3 +212,42 @@ def test_a_reload_keeps_the_text_and_the_tree(page):
     page.reload()
     expect_suggestions_for(page, kept)
     assert page.locator("#tree").inner_html() == tree_before
+
+
+def stored_tree(page) -> History:
+    return History.from_json(page.evaluate(f"localStorage.getItem({STORAGE_KEY!r})"))
+
+
+def wait_for_stored_text(page, text: str) -> History:
+    deadline = time.monotonic() + 30
+    while (stored := stored_tree(page)).text != text and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return stored
+
+
+def test_the_stored_tree_is_kept_from_changes_alone_and_two_tabs_never_mix_theirs(page):
+    text = "A copy kept by changes:"
+    type_text(page, text)
+    shown = expect_suggestions_for(page, text)
+    page.locator("#branch-0").click()
+    taken = text + shown["branches"][0]["text"]
+    expect_suggestions_for(page, taken)
+    page.locator("#undo").click()
+    expect_suggestions_for(page, text)
+    stored = wait_for_stored_text(page, text)
+    assert taken in [n.text for n in stored.nodes], "the branch taken is in the browser's copy"
+    message = json.loads(page.locator("#history-sync textarea").input_value())
+    assert "whole" not in message and len(message["nodes"]) <= 2, "an update carries only what changed"
+
+    other = page.context.new_page()  # the same browser's second tab reads the same copy ...
+    other.goto(page.url)
+    expect_suggestions_for(other, text)
+    other.locator("#branch-1").click()  # ... and goes its own way
+    elsewhere = text + shown["branches"][1]["text"]
+    expect_suggestions_for(other, elsewhere)
+    assert wait_for_stored_text(page, elsewhere).text == elsewhere
+    page.locator("#redo").click()  # the first tab's next change: its copy is whole again, not mixed
+    expect_suggestions_for(page, taken)
+    stored = wait_for_stored_text(page, taken)
+    assert elsewhere not in [n.text for n in stored.nodes]
+    other.close()

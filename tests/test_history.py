@@ -119,3 +119,53 @@ def test_an_edit_that_keeps_more_than_its_parent_has_is_refused(monkeypatch):
     data["nodes"][1]["keep"] = 99
     with pytest.raises(ValueError, match="keep"):
         History.from_json(json.dumps(data))
+
+
+def apply_changes(copy: dict | None, message: dict) -> dict | None:
+    """What SAVE_HISTORY_JS does with a message (app.py), in Python; None where it asks for the whole tree."""
+    if "whole" in message:
+        return {**message["whole"], "sync": message["sync"]}
+    if copy is None or copy["sync"] != message["sync"]:
+        return None
+    for node in message["nodes"]:
+        if node["id"] > len(copy["nodes"]):
+            return None
+        copy["nodes"][node["id"]:node["id"] + 1] = [node]
+    return {**copy, "current": message["current"]}
+
+
+def test_the_browser_copy_kept_by_changes_equals_the_tree_after_any_edits(monkeypatch):
+    import random
+
+    clock = [100.0]
+    h = written(monkeypatch, clock)
+    rng, copy, sizes = random.Random(0), None, []
+    for step in range(400):
+        action = rng.choice(["branch", "type", "type", "undo", "redo", "select", "clear"])
+        clock[0] += rng.choice([0.5, 3.0])
+        if action == "undo":
+            h.undo()
+        elif action == "redo":
+            h.redo()
+        elif action == "select":
+            h.select(rng.randrange(len(h.nodes)))
+        elif action == "clear":
+            h.add("", "clear")
+        else:
+            h.add(h.text + rng.choice([" a", " bc", "\n", "é"]) * rng.randint(1, 3), action)
+        message = h.changes()
+        copy = apply_changes(copy, message)
+        assert copy is not None
+        assert {k: v for k, v in copy.items() if k != "sync"} == h.as_dict(), f"step {step}: {action}"
+        sizes.append(len(json.dumps(message)))
+    assert max(sizes[1:]) < 1000, "after the first, a message carries only what changed"
+    assert History.from_json(json.dumps(copy)) == h, "the copy reads back as the tree"
+
+
+def test_a_tree_read_back_or_asked_for_again_is_sent_whole(monkeypatch):
+    h = written(monkeypatch, [100.0])
+    first = h.changes()
+    assert "whole" in first and "whole" not in h.changes()
+    assert "whole" in History.from_json(h.to_json()).changes(), "another tab may hold a copy of the same tree"
+    again = h.changes(whole=True)
+    assert "whole" in again and again["sync"] != first["sync"], "a new copy, so an old one is not updated by mistake"

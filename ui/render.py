@@ -18,6 +18,7 @@ TRACK_STYLE = "flex:1 1 auto;display:flex;flex-direction:column;gap:1px"
 BAR_STYLE = "display:block;height:7px;border-radius:2px;min-width:1px"
 PCT_STYLE = "flex:0 0 8.5em;text-align:right;color:var(--body-text-color-subdued);white-space:pre"
 BASE_COLOR, FINAL_COLOR = "var(--neutral-400)", "var(--color-accent)"
+TREE_ROWS = 60  # lines of the history tree shown, around the current node
 TREE_STYLE = "max-height:280px;overflow:auto;font:12px ui-monospace,monospace;line-height:1.6"
 
 
@@ -62,11 +63,17 @@ def distribution_plot(distribution: list[dict]) -> str:
     return f'<div id="distribution">{legend}{"".join(html_rows)}</div>'
 
 
-def tree_view(history: History) -> str:
-    """The history tree, one line per node, indented where it forks; the current path highlighted."""
-    path, kids = set(history.path()), history.child_map()
-    lines = []
-    for node, indent in history.rows():
+def tree_view(history: History, rows: int = TREE_ROWS) -> str:
+    """The history tree, one line per node, indented where it forks; the current path highlighted.
+
+    At most `rows` lines, around the current node (the update after every click stays the same size
+    however long the session; undo, redo and the lines themselves move the window).
+    """
+    path, kids, all_rows = set(history.path()), history.child_map(), history.rows()
+    here_row = next(i for i, (node, _) in enumerate(all_rows) if node.id == history.current)
+    first = min(max(0, here_row - rows * 2 // 3), max(0, len(all_rows) - rows))
+    lines = [_more_line(first, "earlier")] if first else []
+    for node, indent in all_rows[first : first + rows]:
         parent = history.nodes[node.parent].text if node.parent is not None else None
         if parent is not None and node.text.startswith(parent):
             label = "+" + visible(node.text[len(parent) :])
@@ -84,7 +91,13 @@ def tree_view(history: History) -> str:
             f'{marker}{fork}<span style="color:var(--body-text-color-subdued)">{node.kind}</span> '
             f"{html.escape(label[:60])}</div>"
         )
+    if first + rows < len(all_rows):
+        lines.append(_more_line(len(all_rows) - first - rows, "later"))
     return f'<div id="tree" style="{TREE_STYLE}">{"".join(lines)}</div>'
+
+
+def _more_line(n: int, where: str) -> str:
+    return f'<div class="tree-more" style="color:var(--body-text-color-subdued)">  ⋯ {n} {where} line{"s" * (n != 1)}</div>'
 
 
 def branch_label(branch: dict) -> str:
