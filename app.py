@@ -14,7 +14,12 @@ import gradio as gr
 
 import custom_llm_inference as cli
 from history import History
+from ui.heatmap import HEATMAP_JS, MODES, heatmap_view
 from ui.ordering import SessionOrder
+from ui.scripts import (
+    CLICK_TOKEN_JS, CSS, DOWNLOAD_JS, IMPORT_HTML, IMPORT_JS, KEYBOARD_JS, READ_STORED_JS, SAVE_HISTORY_JS,
+    SELECT_NODE_JS,
+)
 from ui.render import branch_label, distribution_plot, tree_view
 
 SOURCE_LABELS = {"jacobi": "Jacobi window", "ngram": "n-gram draft", "step": "plain step"}
@@ -22,6 +27,7 @@ SOURCE_COLORS = {"Jacobi window": "#a78bfa", "n-gram draft": "#34d399", "plain s
 MAX_BUTTONS = 10  # the n_branches slider's maximum; buttons beyond n_branches are hidden
 DEFAULT_TEXT = "The old lighthouse keeper climbed the stairs and"
 PRESET_NAMES = [*cli.PRESETS, "custom"]
+HEATMAP_ALTERNATIVES = 5  # per token, in the heatmap's details
 # Every visitor is answered: room for this many waiting events (on a ZeroGPU Space gradio
 # would otherwise let one event wait and turn the rest away with "Queue is full").
 QUEUE_SIZE = 512
@@ -31,83 +37,6 @@ CONCURRENCY = int(os.environ.get("LOOKAHEAD_CONCURRENCY") or (8 if cli.on_zero_g
 # While the writer reads, compute what each shown branch gives if taken (LOOKAHEAD_PRECOMPUTE=0: off).
 PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 
-KEYBOARD_JS = """
-<script>
-// Every edit of the text refreshes: typing, paste, cut, drag-and-drop, delete, the browser's own
-// undo, IME and autocomplete all fire the textarea's native input event (gradio's own "input"
-// event misses paste and delete). After the textarea's own handler has updated the value, press
-// the hidden button whose click (trigger_mode always_last) recomputes the suggestions.
-document.addEventListener("input", (e) => {
-  if (e.target.closest && e.target.closest("#text")) {
-    setTimeout(() => document.getElementById("text-edited")?.click(), 0);
-  }
-});
-document.addEventListener("keydown", (e) => {
-  if ((e.ctrlKey || e.metaKey) && e.key === "Enter") {
-    document.getElementById("refresh")?.click();
-    e.preventDefault();
-  } else if (e.altKey && /^Digit[1-9]$/.test(e.code)) {
-    const button = document.getElementById("branch-" + (Number(e.code.slice(5)) - 1));
-    if (button && button.offsetParent !== null) { button.click(); e.preventDefault(); }
-  }
-});
-</script>
-"""
-# Clicks inside the plot and the tree are delegated from the component's root, so they
-# survive re-rendering; the clicked element's data attribute travels as the event's data.
-CLICK_TOKEN_JS = """element.addEventListener('click', (e) => {
-  const row = e.target.closest('[data-token-id]');
-  if (row) trigger('click', {token_id: Number(row.dataset.tokenId)});
-});"""
-SELECT_NODE_JS = """element.addEventListener('click', (e) => {
-  const row = e.target.closest('[data-node]');
-  if (row) trigger('select', {node: Number(row.dataset.node)});
-});"""
-IMPORT_JS = """element.addEventListener('change', async (e) => {
-  const file = e.target.files && e.target.files[0];
-  if (!file) return;
-  trigger('upload', {json: await file.text()});
-  e.target.value = '';
-});"""
-DOWNLOAD_JS = """(json) => {
-  const link = document.createElement('a');
-  link.href = URL.createObjectURL(new Blob([json], {type: 'application/json'}));
-  link.download = 'lookahead-history.json';
-  document.body.appendChild(link); link.click(); link.remove();
-}"""
-STORAGE_KEY = "interactive-lookahead-history"  # the browser's copy of the tree, for reloads
-READ_STORED_JS = f"(_, history) => [localStorage.getItem('{STORAGE_KEY}'), history]"
-SAVE_HISTORY_JS = """(message) => {
-  // Keep the browser's copy of the tree: the whole tree once, then each update's changed nodes.
-  if (!message) return;
-  const update = JSON.parse(message);
-  const resync = () => document.getElementById("history-resync")?.click();
-  let tree = null;
-  try { tree = JSON.parse(localStorage.getItem("KEY")); } catch (e) {}
-  if (update.whole) {
-    tree = {...update.whole, sync: update.sync};
-  } else if (!tree || tree.sync !== update.sync) {
-    return resync();  // no copy, or another tab's tree: ask for the whole one
-  } else {
-    for (const node of update.nodes) {
-      if (node.id > tree.nodes.length) return resync();
-      tree.nodes[node.id] = node;
-    }
-    tree.current = update.current;
-  }
-  try { localStorage.setItem("KEY", JSON.stringify(tree)); } catch (e) { console.warn("history not kept:", e); }
-}""".replace("KEY", STORAGE_KEY)
-IMPORT_HTML = (
-    '<label style="cursor:pointer;font-size:13px;padding:4px 10px;border:1px solid var(--border-color-primary);'
-    'border-radius:6px;display:inline-block">Import JSON…'
-    '<input type="file" accept=".json,application/json" style="display:none"></label>'
-)
-
-CSS = """
-.branch-btn { font-family: ui-monospace, monospace !important; }
-#text-edited, #history-resync { display: none !important; }
-#status { font-size: 13px; color: var(--body-text-color-subdued); }
-"""
 def node_settings(shown: tuple[str, dict] | None) -> dict:
     """The settings the suggestions on screen were made with, to record in the history."""
     if not shown:
@@ -133,9 +62,10 @@ def matching_preset(temperature: float, top_k: int, top_p: float, repetition_pen
 
 def suggest(
     text: str, history: History, n_branches: int, depth: int, temperature: float, top_k: int, top_p: float,
-    repetition_penalty: float, branch_mode: str, seed: float | None, request: gr.Request,
+    repetition_penalty: float, branch_mode: str, seed: float | None, heatmap_on: bool, heatmap_mode: str,
+    threshold: float, request: gr.Request,
 ):
-    """Recompute everything for `text`: branches, plot, status. A typing pause becomes a history node.
+    """Recompute everything for `text`: branches, plot, status, heatmap. A typing pause becomes a history node.
 
     What changed in the tree goes to the browser's copy each time, so a reload keeps it.
     """
@@ -143,7 +73,7 @@ def suggest(
     if not text:
         hidden = [gr.update(visible=False)] * MAX_BUTTONS
         status = "Type something to see where the model could go next."
-        return (None, *hidden, "", status, history, tree_view(history), history_changes(history))
+        return (None, *hidden, "", status, history, tree_view(history), history_changes(history), "", None)
     if seed is None:
         raise gr.Error("Give a seed (a whole number, 0 or more).")
     start = time.perf_counter()
@@ -165,7 +95,39 @@ def suggest(
     if result["notice"]:
         status += f" · ⚠️ {result['notice']}"
     plot = distribution_plot(result["distribution"])
-    return ((text, result), *buttons, plot, status, history, tree_view(history), history_changes(history))
+    heat = show_heatmap(text, heatmap_on, heatmap_mode, threshold, None, request)  # after the branches: their pass scored the new tokens
+    return ((text, result), *buttons, plot, status, history, tree_view(history), history_changes(history), *heat)
+
+
+def show_heatmap(
+    text: str, on: bool, mode: str, threshold: float, shown: tuple[str, dict] | None, request: gr.Request
+) -> tuple[str, tuple[str, dict] | None]:
+    """The heatmap for `text` (re-coloured from `shown` if that is its), and what it shows, for a rewind."""
+    if not on or not text:
+        return "", None
+    if not shown or shown[0] != text:
+        try:
+            shown = (text, cli.token_probabilities(text, HEATMAP_ALTERNATIVES, session=session_key(request)))
+        except ValueError as error:
+            raise gr.Error(str(error)) from None
+    return heatmap_view(text, shown[1], mode, threshold), shown
+
+
+def rewind(text: str, heatmap_shown: tuple[str, dict] | None, history: History, event: gr.EventData):
+    """Put the clicked alternative in place of its token, dropping what followed; the old text stays in the tree."""
+    if not heatmap_shown or heatmap_shown[0] != text:
+        raise gr.Error("The colours are being refreshed for your edit; try again in a moment.")
+    tokens = heatmap_shown[1]["tokens"]
+    index = int(event.index)
+    if not 0 <= index < len(tokens):
+        raise gr.Error("That token is no longer shown.")
+    alternative = next((a for a in tokens[index]["alternatives"] or [] if a["token_id"] == int(event.token_id)), None)
+    if alternative is None:
+        raise gr.Error("That alternative is no longer shown.")
+    if "\ufffd" in alternative["token"]:
+        raise gr.Error("That alternative is part of a character split over several tokens.")
+    history.fork(text[: tokens[index]["start"]] + alternative["token"], "rewind", [alternative["token_id"]])
+    return history.text, history
 
 
 def history_changes(history: History, whole: bool = False) -> str:
@@ -193,13 +155,13 @@ def take_branch(index: int, text: str, shown: tuple[str, dict] | None, history: 
 def take_branch_and_suggest(
     index: int, text: str, shown: tuple[str, dict] | None, history: History, n_branches: int, depth: int,
     temperature: float, top_k: int, top_p: float, repetition_penalty: float, branch_mode: str, seed: float | None,
-    request: gr.Request,
+    heatmap_on: bool, heatmap_mode: str, threshold: float, request: gr.Request,
 ):
     """A click: the branch appended and the new suggestions, in one event (they were precomputed while the
     writer read, so this is usually instant)."""
     text, history = take_branch(index, text, shown, history)
     settings = (n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed)
-    return (text, *suggest(text, history, *settings, request))
+    return (text, *suggest(text, history, *settings, heatmap_on, heatmap_mode, threshold, request))
 
 
 def force_token(text: str, shown: tuple[str, dict] | None, history: History, event: gr.EventData):
@@ -309,6 +271,14 @@ def api_lookahead(
         raise gr.Error(str(error)) from None
 
 
+def api_token_probabilities(text: str, k: int = 5, request: gr.Request = None) -> dict:
+    """Every token of `text` with its probability given what precedes it, rank, entropy and top-k alternatives."""
+    try:
+        return cli.token_probabilities(text, k, session=session_key(request))
+    except ValueError as error:
+        raise gr.Error(str(error)) from None
+
+
 def api_generate(text: str, max_new_tokens: int = 64, method: str = "lookahead") -> Iterator[dict]:
     """Continue `text` greedily, streaming the growing result after every forward pass.
 
@@ -339,6 +309,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         "press **Alt+1…9**) or any token in the plot to append it; **Ctrl+Enter** refreshes."
     )
     shown = gr.State(None)  # (text, lookahead result) behind the buttons on screen
+    heatmap_shown = gr.State(None)  # (text, token_probabilities result) behind the heatmap
     history = gr.State(History.start(DEFAULT_TEXT, cli.default_model_name()))
     history_json = gr.Textbox(visible=False)  # carries an export to the browser's download
     # The tree also lives in this browser's localStorage, so a reload picks up where it left off:
@@ -378,6 +349,14 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 with gr.Row():
                     export_button = gr.Button("Export JSON", elem_id="export", size="sm", scale=0, min_width=120)
                     importer = gr.HTML(IMPORT_HTML, elem_id="import", js_on_load=IMPORT_JS)
+            with gr.Accordion("Your text through the model's eyes", open=True):
+                with gr.Row(equal_height=True):
+                    heatmap_on = gr.Checkbox(False, label="Colour my text by the model's probabilities",
+                                             elem_id="heatmap-on")
+                    heatmap_mode = gr.Radio(list(MODES), value="probability", label="Colour by", elem_id="heatmap-mode")
+                    threshold = gr.Slider(2, 1000, value=10, step=1, elem_id="threshold",
+                                          label="Disagreement: the model's choice at least this many times likelier")
+                heatmap = gr.HTML(elem_id="heatmap", js_on_load=HEATMAP_JS)
         with gr.Column(scale=2):
             gr.Markdown("**Next token**")
             plot = gr.HTML(elem_id="plot", js_on_load=CLICK_TOKEN_JS)
@@ -406,8 +385,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     sampling_controls = [temperature, top_k, top_p, repetition_penalty, branch_mode]
     suggest_io = dict(
         fn=ordered(suggest),
-        inputs=[text, history, n_branches, depth, *sampling_controls, seed],
-        outputs=[shown, *branch_buttons, plot, status, history, tree, history_sync],
+        inputs=[text, history, n_branches, depth, *sampling_controls, seed, heatmap_on, heatmap_mode, threshold],
+        outputs=[shown, *branch_buttons, plot, status, history, tree, history_sync, heatmap, heatmap_shown],
         **private,
     )
     # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
@@ -428,6 +407,11 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
             ordered(take_branch_and_suggest),
             [gr.State(i), text, shown, history, *suggest_io["inputs"][2:]], [text, *suggest_io["outputs"]], **private,
         )
+    gr.on(
+        [heatmap_on.input, heatmap_mode.input, threshold.release], ordered(show_heatmap),
+        [text, heatmap_on, heatmap_mode, threshold, heatmap_shown], [heatmap, heatmap_shown], **private,
+    )
+    heatmap.select(ordered(rewind), [text, heatmap_shown, history], [text, history], **private).success(**suggest_io)
     plot.click(ordered(force_token), [text, shown, history], [text, history], **private).success(**suggest_io)
     gr.on([append_button.click, extra.submit], ordered(append_text), [text, extra, shown, history],
           [text, history, extra], **private).success(**suggest_io)
@@ -447,6 +431,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     gr.api(api_lookahead, api_name="lookahead", concurrency_id="interact")
     gr.api(api_generate, api_name="generate", concurrency_id="generate")
     gr.api(api_next_token_distribution, api_name="next_token_distribution", concurrency_id="interact")
+    gr.api(api_token_probabilities, api_name="token_probabilities", concurrency_id="interact")
 
 
 def launch(**kwargs):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisation
 
+import functools
 import math
 import time
 from collections.abc import Iterable, Iterator
@@ -33,6 +34,7 @@ from lookahead.healing import allowed_first_tokens, split_for_healing
 from lookahead.models import default_model_name, load_model, on_zero_gpu
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.sampling import BRANCH_MODES, PLAIN, PRESETS, Sampling, ranked
+from lookahead.scoring import MAX_ALTERNATIVES, Scores, extend_and_score, token_spans, unscored
 from lookahead.speculation import ScratchStore, Speculator
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "lookahead",
     "next_token_distribution",
     "on_zero_gpu",
+    "token_probabilities",
     "prefix_caches",
 ]
 
@@ -136,6 +139,8 @@ def _on_gpu(task: str, request: dict) -> Iterator[dict]:
         yield _lookahead(**request)
     elif task == "distribution":
         yield _next_tokens(**request)
+    elif task == "scores":
+        yield _token_probabilities(**request)
     else:
         raise ValueError(f"unknown task {task!r}")
 
@@ -207,17 +212,17 @@ def _run(
     dropped = window_start(len(ids), _context_limit(model) - depth, _context_limit(model))
     ids = ids[dropped:]
     key = (model_name or default_model_name(), session)
-    cache, reused = store.take(key, ids)
+    cache, reused, known_scores = store.take(key, ids)
     allowed = None
     if healed:
         allowed = allowed_first_tokens(tokenizer, healed, model.config.get_text_config().vocab_size, model.device)
     context = torch.tensor([ids], device=model.device)
     generator = torch.Generator(device=model.device).manual_seed(seed)
     result = get_lookahead_sequences(
-        model, context, n_branches, depth, cache, allowed, sampling, branch_mode, generator
+        model, context, n_branches, depth, cache, allowed, sampling, branch_mode, generator, known_scores
     )
     continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
-    store.put(key, ids, result.cache, continuations)
+    store.put(key, ids, result.cache, continuations, result.scores)
     info = {
         "model": key[0],
         "device": str(model.device),
@@ -286,6 +291,91 @@ def next_token_distribution(
 
 def _next_tokens(text: str, k: int, sampling: Sampling, session: str, model_name: str | None) -> dict:
     return {"distribution": _distribution(_run(text, 1, 1, session, model_name), sampling, k)}
+
+
+def token_probabilities(
+    text: str, k: int = 5, *, session: str = "default", model_name: str | None = None
+) -> dict:
+    """Each token of `text` as the model saw it: how likely it was given everything before it.
+
+    Returns {"model", "context_tokens", "reused_tokens", "truncated_tokens", "tokens": [{"token_id",
+    "token", "start", "end", "prob", "logprob", "rank", "entropy", "alternatives": [{"token_id",
+    "token", "prob"}] (that position's top k)}]}. The tokens are the tokenizer's for `text` (special
+    tokens it adds are not listed); `text[start:end]` is each one's share, so the spans rebuild the
+    text exactly (a character split over several tokens belongs to the first of them; the others
+    have empty spans). `prob` is the plain softmax, `rank` 1 for the model's first choice, `entropy`
+    in bits. A token with nothing before it, or left out of the model's window on a text longer
+    than its context, has None for all of these. The session keeps each token's scores, so after
+    an edit or a click only the new tokens are scored (`reused_tokens` were not run again).
+    """
+    request = dict(
+        text=_check_text(text),
+        k=_check_int("k", k, 1, MAX_ALTERNATIVES),
+        session=str(session),
+        model_name=_check_model_name(model_name),
+    )
+    # Scores the session already holds (the branches' pass scored the new tokens) need no model
+    # work: answered here, without pre-empting the precomputation that pass started.
+    return _token_probabilities(**request, stored_only=True) or _last(_serve("scores", request))
+
+
+def _token_probabilities(
+    text: str, k: int, session: str, model_name: str | None, stored_only: bool = False
+) -> dict | None:
+    model, tokenizer = load_model(model_name)
+    encoding = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    all_ids = encoding["input_ids"]
+    dropped = window_start(len(all_ids), _context_limit(model) - 1, _context_limit(model))
+    ids = all_ids[dropped:]
+    key = (model_name or default_model_name(), session)
+    rows, reused = prefix_caches.scores(key, ids), len(ids)
+    if rows is None and stored_only:
+        return None
+    if rows is None:
+        cache, reused, known = prefix_caches.take(key, ids, scored=True)
+        _, rows = extend_and_score(model, torch.tensor([ids], device=model.device), cache, known)
+        prefix_caches.put(key, ids, cache, (), rows)
+    if dropped:
+        rows = unscored(torch.tensor(all_ids[:dropped])).then(rows)
+    return {
+        "model": key[0],
+        "context_tokens": len(ids),
+        "reused_tokens": reused,
+        "truncated_tokens": dropped,
+        "tokens": _token_entries(rows, k, tokenizer, token_spans(encoding["offset_mapping"], len(text)),
+                                 encoding["special_tokens_mask"]),
+    }
+
+
+def _token_entries(
+    rows: Scores, k: int, tokenizer: PreTrainedTokenizerBase, spans: list[tuple[int, int]], special: list[int]
+) -> list[dict]:
+    texts = _token_texts(tokenizer, len(rows.top_ids) and int(rows.top_ids.max()) + 1)
+    columns = zip(rows.token_ids.tolist(), rows.logprob.tolist(), rows.rank.tolist(), rows.entropy.tolist(),
+                  rows.top_ids[:, :k].tolist(), rows.top_logprobs[:, :k].tolist(), spans, special)
+    entries = []
+    for token_id, logprob, rank, entropy, top_ids, top_logprobs, (start, end), is_special in columns:
+        if is_special:
+            continue
+        scored = not math.isnan(logprob)
+        entries.append({
+            "token_id": token_id, "token": texts[token_id], "start": start, "end": end,
+            "prob": math.exp(logprob) if scored else None, "logprob": logprob if scored else None,
+            "rank": rank if scored else None, "entropy": entropy if scored else None,
+            "alternatives": [{"token_id": i, "token": texts[i], "prob": math.exp(lp)}
+                             for i, lp in zip(top_ids, top_logprobs)] if scored else None,
+        })
+    return entries
+
+
+def _token_texts(tokenizer: PreTrainedTokenizerBase, n: int) -> list[str]:
+    """The texts of tokens 0..n-1 at least, decoded once per tokenizer (a heatmap names thousands)."""
+    return _decoded_vocabulary(tokenizer, max(n, len(tokenizer)))
+
+
+@functools.lru_cache(maxsize=8)
+def _decoded_vocabulary(tokenizer: PreTrainedTokenizerBase, n: int) -> list[str]:
+    return tokenizer.batch_decode([[i] for i in range(n)], clean_up_tokenization_spaces=False)
 
 
 def lookahead(

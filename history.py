@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 FORMAT = "interactive-lookahead-history"
 VERSION = 2
 READS = (1, 2)
-KINDS = ("start", "type", "branch", "token", "append", "continue", "clear")
+KINDS = ("start", "type", "branch", "token", "append", "continue", "clear", "rewind")
 PAUSE_SECONDS = 2.0  # typing within this long of the last keystroke edits the same node
 
 
@@ -102,6 +102,15 @@ class History:
         self.nodes.append(node)
         here.last_child = self.current = node.id
         self._touch(here.id, node.id)
+
+    def fork(self, text: str, kind: str, token_ids: list[int] = ()) -> None:
+        """Record `text` as reached from the deepest node on the current path whose text it extends (else the root).
+
+        Rewinding to an earlier token so branches off where that token was chosen: the path it
+        leaves stays in the tree, a sibling of the new one.
+        """
+        self.current = next((i for i in reversed(self.path()) if text.startswith(self.nodes[i].text)), 0)
+        self.add(text, kind, token_ids)
 
     def undo(self) -> bool:
         parent = self.nodes[self.current].parent

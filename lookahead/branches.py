@@ -18,6 +18,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from lookahead.kv_cache import GrowableCache
 from lookahead.sampling import PLAIN, Sampling, choose, ranked
+from lookahead.scoring import Scores, extend_and_score
 
 
 class Lookahead(NamedTuple):
@@ -26,6 +27,7 @@ class Lookahead(NamedTuple):
     step_logits: list[torch.Tensor]  # depth-1 tensors (k, vocab): logits that chose each later token
     cache: DynamicCache  # KV cache of exactly the prompt's tokens
     branch_kv: list[list[tuple[torch.Tensor, torch.Tensor]]]  # per branch, per layer: KV of its first depth-1 tokens
+    scores: Scores | None  # the prompt's tokens scored, when asked for (lookahead/scoring.py)
 
 
 def extend_cache(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
@@ -64,6 +66,7 @@ def get_lookahead_sequences(
     sampling: Sampling = PLAIN,
     branch_mode: str = "greedy",
     generator: torch.Generator | None = None,
+    known_scores: Scores | None = None,
 ) -> Lookahead:
     """Top `n_branch_tokens` next tokens after `input_ids` (1, T), each continued to `depth` tokens.
 
@@ -71,13 +74,17 @@ def get_lookahead_sequences(
     and comes back holding exactly `input_ids`). `allowed_first_tokens` (bool, vocab)
     restricts the first token, for token healing. First tokens are ranked by p_final
     under `sampling`; later ones are chosen by `branch_mode` (greedy or sampled from
-    p_final with `generator`), see lookahead/sampling.py.
+    p_final with `generator`), see lookahead/sampling.py. With `known_scores` (the rows of the
+    tokens the cache holds, see extend_and_score) the new prompt tokens are scored as they run.
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"expected input_ids of shape (1, T), got {tuple(input_ids.shape)}")
     cache = GrowableCache() if cache is None else cache
     prompt_len = input_ids.shape[1]
-    logits = extend_cache(model, input_ids, cache)
+    if known_scores is None:
+        logits, scores = extend_cache(model, input_ids, cache), None
+    else:
+        logits, scores = extend_and_score(model, input_ids, cache, known_scores)
     first = logits if allowed_first_tokens is None else logits.masked_fill(~allowed_first_tokens, float("-inf"))
     first = first.float()  # rank exactly as the distribution shown does (same ties)
     tokens = ranked(first, sampling.final_scores(input_ids, first[None])[0], n_branch_tokens)
@@ -95,7 +102,7 @@ def get_lookahead_sequences(
     branch_kv = [_branch_kv(cache, prompt_len, k, b) for b in range(k)] if depth > 1 else [[] for _ in range(k)]
     if depth > 1:
         cache.crop(-(k * (depth - 1)))
-    return Lookahead(torch.stack(sequences, dim=1), logits, step_logits, cache, branch_kv)
+    return Lookahead(torch.stack(sequences, dim=1), logits, step_logits, cache, branch_kv, scores)
 
 
 def _branch_kv(cache: DynamicCache, prompt_len: int, k: int, branch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

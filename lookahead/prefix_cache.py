@@ -12,6 +12,13 @@ optimisation only: a cold start gives identical results.
 An entry may also hold continuations whose KV is already known (the lookahead branches'
 tokens, computed in the branch tree): when the new tokens start with one of them, its
 KV is appended instead of recomputed.
+
+Once a session has asked for its tokens' scores (lookahead/scoring.py), its entry keeps them
+too, and every later request of that session scores the tokens it runs: a token is then
+scored once, as it is added, and the heatmap of a long text costs only its new tokens. Such a
+request runs each new token itself (known continuations are not appended: their KV has no
+scores) and, after an edit, one token more: the last unchanged one, whose logits score the first
+changed token.
 """
 
 from __future__ import annotations
@@ -20,14 +27,29 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+from typing import NamedTuple
 
 import torch
 from transformers import DynamicCache
 
 from lookahead.kv_cache import GrowableCache, allocated_bytes
+from lookahead.scoring import Scores, unscored
 
 # A continuation: its token ids and, per layer, the (keys, values) of those tokens.
 Continuation = tuple[Sequence[int], list[tuple[torch.Tensor, torch.Tensor]]]
+
+
+class Taken(NamedTuple):
+    cache: DynamicCache  # holding the first `reused` tokens
+    reused: int
+    scores: Scores | None  # rows for at least the first `reused` tokens, and what scores the next; None: not scoring
+
+
+class Entry(NamedTuple):
+    ids: tuple[int, ...]
+    cache: DynamicCache
+    continuations: list[Continuation]
+    scores: Scores | None  # rows for a prefix of `ids` (all of them, with the frontier, after a scored request)
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -53,7 +75,7 @@ def default_budget_bytes(device: torch.device) -> int:
 
 
 class PrefixCacheStore:
-    """Session key -> (token ids, their KV cache, known continuations), LRU within `max_bytes`.
+    """Session key -> Entry (token ids, their KV cache, known continuations, scores), LRU within `max_bytes`.
 
     `max_bytes=None` sizes the budget on first use from the device the caches live on.
     """
@@ -61,47 +83,55 @@ class PrefixCacheStore:
     def __init__(self, max_bytes: int | None = None):
         self.max_bytes = max_bytes
         self.hits = self.misses = 0  # takes that reused a prefix / started cold
-        self._entries: OrderedDict[Hashable, tuple[tuple[int, ...], DynamicCache, list[Continuation]]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
         self._lock = threading.Lock()
 
-    def take(self, key: Hashable, token_ids: Sequence[int]) -> tuple[DynamicCache, int]:
-        """A cache holding the longest reusable prefix of `token_ids` (always leaving one token to run), and its length."""
+    def take(self, key: Hashable, token_ids: Sequence[int], scored: bool = False) -> Taken:
+        """A cache holding the longest reusable prefix of `token_ids` (always leaving one token to run).
+
+        Scoring (asked for now, or earlier by this session) may reuse less: see the module's docstring.
+        """
         with self._lock:
             entry = self._entries.pop(key, None)
-            reused = 0 if entry is None else min(common_prefix_length(entry[0], token_ids), len(token_ids) - 1)
-            self.hits += reused > 0
-            self.misses += reused == 0
-        if reused == 0:
-            return GrowableCache(), 0
-        cached_ids, cache, continuations = entry
-        if reused < len(cached_ids):
-            cache.crop(reused - len(cached_ids))
-        elif continuations:
-            reused += append_known_continuation(cache, continuations, token_ids[reused : len(token_ids) - 1])
-        return cache, reused
+        if entry is None:
+            taken = Taken(GrowableCache(), 0, _no_rows(token_ids) if scored else None)
+        else:
+            taken = _reuse(entry, token_ids, scored)
+        with self._lock:
+            self.hits += taken.reused > 0
+            self.misses += taken.reused == 0
+        return taken
 
     def put(
-        self, key: Hashable, token_ids: Sequence[int], cache: DynamicCache, continuations: Sequence[Continuation] = ()
+        self, key: Hashable, token_ids: Sequence[int], cache: DynamicCache, continuations: Sequence[Continuation] = (),
+        scores: Scores | None = None,
     ) -> None:
         with self._lock:
             if self.max_bytes is None and cache.layers:
                 self.max_bytes = default_budget_bytes(cache.layers[0].keys.device)
-            self._entries[key] = (tuple(token_ids), cache, list(continuations))
+            self._entries[key] = Entry(tuple(token_ids), cache, list(continuations), scores)
             self._entries.move_to_end(key)
             while len(self._entries) > 1 and self.bytes() > (self.max_bytes or 0):
                 self._entries.popitem(last=False)
 
-    def copy(self, key: Hashable) -> tuple[tuple[int, ...], GrowableCache, list[Continuation]] | None:
+    def scores(self, key: Hashable, token_ids: Sequence[int]) -> Scores | None:
+        """The session's rows for exactly `token_ids`, if it has them all (then nothing need run)."""
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is None or entry.scores is None or entry.ids[: len(token_ids)] != tuple(token_ids):
+            return None
+        return entry.scores.head(len(token_ids)) if len(entry.scores) >= len(token_ids) else None
+
+    def copy(self, key: Hashable) -> Entry | None:
         """A private copy of a session's entry (its cache cloned), leaving the entry in place."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
                 return None
-            ids, cache, continuations = entry
             copy = GrowableCache()
-            for i, layer in enumerate(cache.layers):
+            for i, layer in enumerate(entry.cache.layers):
                 copy.update(layer.keys.clone(), layer.values.clone(), i)
-        return ids, copy, list(continuations)
+        return entry._replace(cache=copy, continuations=list(entry.continuations))
 
     def install(
         self,
@@ -110,23 +140,23 @@ class PrefixCacheStore:
         token_ids: Sequence[int],
         new_kv: list[tuple[torch.Tensor, torch.Tensor]],
         continuations: Sequence[Continuation],
+        scores: Scores | None,
     ) -> bool:
         """Extend a session still holding `base_ids` to `token_ids` with the new tokens' KV; False if it moved on."""
         with self._lock:
             entry = self._entries.get(key)
-            if entry is None or entry[0] != tuple(base_ids) or entry[1].get_seq_length() != len(base_ids):
+            if entry is None or entry.ids != tuple(base_ids) or entry.cache.get_seq_length() != len(base_ids):
                 return False
-            cache = entry[1]
-            for layer, (keys, values) in zip(cache.layers, new_kv):
+            for layer, (keys, values) in zip(entry.cache.layers, new_kv):
                 layer.update(keys, values)
-            self._entries[key] = (tuple(token_ids), cache, list(continuations))
+            self._entries[key] = Entry(tuple(token_ids), entry.cache, list(continuations), scores)
             self._entries.move_to_end(key)
             self.hits += 1
         return True
 
     def bytes(self) -> int:
         """Memory the stored caches hold (their spare room included)."""
-        return sum(allocated_bytes(cache) for _, cache, _ in self._entries.values())
+        return sum(allocated_bytes(e.cache) + (e.scores.nbytes() if e.scores else 0) for e in self._entries.values())
 
     def clear(self) -> None:
         with self._lock:
@@ -134,6 +164,29 @@ class PrefixCacheStore:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _reuse(entry: Entry, token_ids: Sequence[int], scored: bool) -> Taken:
+    """What of `entry` serves `token_ids`: its cache cut to the reusable prefix, and its still-valid rows."""
+    shared = common_prefix_length(entry.ids, token_ids)
+    reused = min(shared, len(token_ids) - 1)
+    scores = None
+    if scored or entry.scores is not None:
+        scores = (entry.scores or _no_rows(token_ids)).head(min(shared, len(entry.scores or ())))
+        # run from the first token without a row, or from the one before it if nothing scores it
+        reused = min(reused, len(scores) if scores.frontier is not None else max(len(scores) - 1, 0))
+    if reused < len(entry.ids):
+        entry.cache.crop(reused - len(entry.ids))
+    elif scores is None and entry.continuations:
+        reused += append_known_continuation(entry.cache, entry.continuations, token_ids[reused : len(token_ids) - 1])
+    if reused == 0:
+        return Taken(GrowableCache(), 0, _no_rows(token_ids) if scores is not None else None)
+    return Taken(entry.cache, reused, scores)
+
+
+def _no_rows(token_ids: Sequence[int]) -> Scores:
+    """Scores for nothing yet, except the first token, which nothing precedes."""
+    return unscored(torch.tensor(list(token_ids[:1]), dtype=torch.long))
 
 
 def append_known_continuation(cache: DynamicCache, continuations: list[Continuation], new_ids: Sequence[int]) -> int:

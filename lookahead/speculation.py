@@ -24,7 +24,8 @@ from contextlib import contextmanager
 import torch
 from transformers import DynamicCache
 
-from lookahead.prefix_cache import Continuation, PrefixCacheStore, append_known_continuation
+from lookahead.prefix_cache import Continuation, Entry, PrefixCacheStore, Taken, append_known_continuation
+from lookahead.scoring import Scores
 
 Request = dict  # the checked arguments of one call (custom_llm_inference builds them)
 # The reply that just finished still has to reach the page and be drawn (~200 ms of this 2-core
@@ -44,24 +45,28 @@ class Preempted(Exception):
 class ScratchStore:
     """A PrefixCacheStore stand-in over a private copy of one session's cache.
 
-    `take` serves the copy extended by the branch tokens' known KV, as the real store would;
-    `put` records the new tokens' KV and cuts the copy back, ready for the next branch.
+    `take` serves the copy extended by the branch tokens' known KV, as the real store would (or, for
+    a session that scores its tokens, the copy and its scores: the branch tokens are then run);
+    `put` records the new tokens' KV (and scores) and cuts the copy back, ready for the next branch.
     """
 
-    def __init__(self, ids: Sequence[int], cache: DynamicCache, continuations: list[Continuation]):
-        self.base_ids, self.cache, self.continuations = tuple(ids), cache, continuations
-        self.recorded: tuple[tuple[int, ...], list, list[Continuation]] | None = None
+    def __init__(self, entry: Entry):
+        self.base = entry
+        self.recorded: tuple[tuple[int, ...], list, list[Continuation], Scores | None] | None = None
 
-    def take(self, key: Hashable, token_ids: Sequence[int]) -> tuple[DynamicCache, int]:
-        n = len(self.base_ids)
-        if len(token_ids) <= n or tuple(token_ids[:n]) != self.base_ids or not self.continuations:
+    def take(self, key: Hashable, token_ids: Sequence[int]) -> Taken:
+        ids, cache, continuations, scores = self.base
+        n = len(ids)
+        if len(token_ids) <= n or tuple(token_ids[:n]) != ids or not (continuations or scores):
             raise Skip
-        return self.cache, n + append_known_continuation(self.cache, self.continuations, token_ids[n:-1])
+        if scores is not None:
+            return Taken(cache, n, scores)
+        return Taken(cache, n + append_known_continuation(cache, continuations, token_ids[n:-1]), None)
 
-    def put(self, key: Hashable, token_ids: Sequence[int], cache: DynamicCache, continuations=()) -> None:
-        n = len(self.base_ids)
+    def put(self, key: Hashable, token_ids: Sequence[int], cache: DynamicCache, continuations=(), scores=None) -> None:
+        n = len(self.base.ids)
         new_kv = [(layer.keys[..., n:, :].clone(), layer.values[..., n:, :].clone()) for layer in cache.layers]
-        self.recorded = (tuple(token_ids), new_kv, list(continuations))
+        self.recorded = (tuple(token_ids), new_kv, list(continuations), scores)
         cache.crop(n - cache.get_seq_length())
 
 
@@ -90,8 +95,8 @@ class Speculator:
 
     def claim(self, key: Hashable, answer: tuple) -> dict | None:
         """Install a ready answer's KV into the session's cache; its result, or None if the session moved on."""
-        base_ids, (ids, new_kv, continuations), result = answer
-        if not self.store.install(key, base_ids, ids, new_kv, continuations):
+        base_ids, (ids, new_kv, continuations, scores), result = answer
+        if not self.store.install(key, base_ids, ids, new_kv, continuations, scores):
             return None
         with self._lock:
             self.served += 1
@@ -124,10 +129,9 @@ class Speculator:
         entry = self.store.copy(key)  # here, not in start(): the copy is work the request need not wait for
         if entry is None:
             return
-        ids, cache, continuations = entry
         ready: dict[Hashable, tuple] = {}
         for request in requests:
-            scratch = ScratchStore(ids, cache, continuations)
+            scratch = ScratchStore(entry)
             try:
                 with _checked_in_every_module_call(checkpoint):
                     result = compute(request, scratch)
@@ -138,7 +142,7 @@ class Speculator:
             except Exception:  # noqa: BLE001 - a failed guess must never reach the writer; say so in the log
                 log.exception("precomputing a branch failed; the click will compute it instead")
                 return
-            ready[signature(task, request)] = (tuple(ids), scratch.recorded, result)
+            ready[signature(task, request)] = (entry.ids, scratch.recorded, result)
             with self._lock:
                 if self._arrivals != ticket:
                     return

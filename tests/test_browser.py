@@ -10,8 +10,9 @@ from playwright.sync_api import expect, sync_playwright
 
 import custom_llm_inference as cli
 from history import History
-from app import STORAGE_KEY
+from ui.heatmap import percent
 from ui.render import branch_label
+from ui.scripts import STORAGE_KEY
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOT = Path(__file__).resolve().parents[1] / "screenshots" / "app.png"
@@ -251,3 +252,37 @@ def test_the_stored_tree_is_kept_from_changes_alone_and_two_tabs_never_mix_their
     stored = wait_for_stored_text(page, taken)
     assert elsewhere not in [n.text for n in stored.nodes]
     other.close()
+
+
+def test_the_heatmap_colours_the_text_shows_alternatives_and_rewinds_to_one(page):
+    text = "The cat sat on the mat. The dog"
+    type_text(page, text)
+    expect_suggestions_for(page, text)
+    page.locator("#heatmap-on input").check()
+    expected = cli.token_probabilities(text, 5, session="heatmap-expectation")["tokens"]
+    shown = page.locator("#heatmap .tk")
+    expect(shown).to_have_count(len([t for t in expected if t["end"] > t["start"]]))
+    assert "".join(shown.all_inner_texts()) == text
+
+    i = next(i for i, t in enumerate(expected) if t["token"] == " sat")
+    page.locator(f'#heatmap .tk[data-i="{i}"]').hover()
+    details = page.locator("#token-details")
+    expect(details).to_contain_text(percent(expected[i]["prob"]))
+    expect(details).to_contain_text(f"rank {expected[i]['rank']}")
+    alternative = next(a for a in expected[i]["alternatives"] if a["token_id"] != expected[i]["token_id"])
+    details.locator(f'[data-token-id="{alternative["token_id"]}"]').click()
+    rewound = text[: expected[i]["start"]] + alternative["token"]
+    expect_suggestions_for(page, rewound)
+    expect(page.locator("#heatmap .tk").last).to_have_text(alternative["token"])
+    expect(page.locator("#tree")).to_contain_text("rewind")
+    tree = wait_for_stored_text(page, rewound)
+    assert text in [n.text for n in tree.nodes], "the text rewound from stays in the tree"
+    forked = tree.nodes[tree.current]
+    assert text not in [n.text for n in tree.nodes if n.parent == forked.id], "a fork, not a step after the old text"
+
+    type_text(page, rewound + " and")  # typing updates the colours
+    expect(page.locator("#heatmap .tk").last).to_have_text(" and")
+    page.locator("#heatmap-mode label").filter(has_text="rank").click()
+    expect(page.locator("#heatmap")).to_contain_text("top 100")
+    page.locator("#heatmap-on input").uncheck()
+    expect(page.locator("#heatmap .tk")).to_have_count(0)

@@ -24,10 +24,10 @@ def test_common_prefix_length():
 def test_take_crops_to_the_common_prefix_and_leaves_one_token_to_run():
     store = PrefixCacheStore()
     store.put("s", [1, 2, 3, 4], fake_cache(4))
-    cache, reused = store.take("s", [1, 2, 9])
+    cache, reused, _ = store.take("s", [1, 2, 9])
     assert reused == 2 and cache.get_seq_length() == 2
     store.put("s", [1, 2, 3], fake_cache(3))
-    cache, reused = store.take("s", [1, 2, 3])
+    cache, reused, _ = store.take("s", [1, 2, 3])
     assert reused == 2 and cache.get_seq_length() == 2
 
 
@@ -35,7 +35,7 @@ def test_unknown_session_or_nothing_shared_starts_cold():
     store = PrefixCacheStore()
     assert store.take("nobody", [1, 2])[1] == 0
     store.put("s", [5, 6], fake_cache(2))
-    cache, reused = store.take("s", [7, 8])
+    cache, reused, _ = store.take("s", [7, 8])
     assert reused == 0 and cache.get_seq_length() == 0
 
 
@@ -72,7 +72,7 @@ def test_a_known_continuation_is_appended_instead_of_recomputed():
     store = PrefixCacheStore()
     branch_kv = [(torch.ones(1, 1, 2, 8), torch.ones(1, 1, 2, 8))]
     store.put("s", [1, 2], fake_cache(2), [([7, 8], branch_kv), ([5, 6], branch_kv)])
-    cache, reused = store.take("s", [1, 2, 5, 6, 9])
+    cache, reused, _ = store.take("s", [1, 2, 5, 6, 9])
     assert reused == 4 and cache.get_seq_length() == 4
     assert cache.layers[0].keys[..., 2:, :].eq(1).all() and cache.layers[0].keys[..., :2, :].eq(0).all()
     store.put("s", [1, 2], fake_cache(2), [([5, 6], branch_kv)])

@@ -86,3 +86,20 @@ def test_no_job_starts_while_a_real_request_is_running():
     speculator.wait(5)
     assert computed == []
     speculator.finished()
+
+
+def test_a_session_showing_the_heatmap_is_precomputed_exactly_too(embedded):
+    for session in ("heat ahead", "heat fresh"):
+        cli.token_probabilities(TEXT, 5, session=session)
+    shown = cli.lookahead(TEXT, 3, 3, session="heat ahead", precompute=True)
+    cli.token_probabilities(TEXT, 5, session="heat ahead")  # as the page does next: held already, pre-empts nothing
+    cli.speculator.wait()
+    taken = TEXT + shown["branches"][1]["text"]
+    served = cli.speculator.served
+    ahead = cli.lookahead(taken, 3, 3, session="heat ahead")
+    assert cli.speculator.served == served + 1, "answered from the precomputed result"
+    cli.lookahead(TEXT, 3, 3, session="heat fresh")
+    assert ahead == cli.lookahead(taken, 3, 3, session="heat fresh")
+    heat = cli.token_probabilities(taken, 5, session="heat ahead")
+    assert heat["reused_tokens"] == heat["context_tokens"], "the precomputed pass scored the branch's tokens"
+    assert heat["tokens"] == cli.token_probabilities(taken, 5, session="heat fresh")["tokens"]

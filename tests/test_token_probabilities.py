@@ -1,0 +1,129 @@
+"""The text through the model's eyes: every token's probability, rank, entropy and alternatives,
+equal to one independent transformers pass over the whole text, and scored only once per session."""
+
+import json
+import math
+
+import pytest
+import torch
+
+import custom_llm_inference as cli
+from lookahead import scoring
+from test_lookahead_api import assert_matches_reference
+from reference import reference_lookahead
+
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Emoji 😀 split over tokens,  double  spaces\n\nand a trailing space ",
+]
+
+
+@torch.inference_mode()
+def reference_scores(model, tokenizer, text: str, k: int, ids: list[int] | None = None) -> list[dict | None]:
+    """One full forward over the text's tokens (or `ids`), no cache: per token after the first, its row."""
+    ids = ids or tokenizer(text)["input_ids"]
+    logprobs = torch.log_softmax(model(torch.tensor([ids]), use_cache=False).logits[0].float(), dim=-1)
+    rows = [None]
+    for i in range(1, len(ids)):
+        row, lp = logprobs[i - 1], logprobs[i - 1, ids[i]]
+        rows.append({
+            "logprob": float(lp), "rank": int((row > lp).sum()) + 1,
+            "entropy": float(-(row.exp() * row).nan_to_num().sum() / math.log(2)),
+            "top": row.topk(k).indices.tolist(), "top_logprobs": row.topk(k).values.tolist(),
+        })
+    return rows
+
+
+def assert_matches(result: dict, reference: list[dict | None], text: str, tokenizer) -> None:
+    tokens = result["tokens"]
+    assert [t["token_id"] for t in tokens] == tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert "".join(text[t["start"] : t["end"]] for t in tokens) == text, "the spans rebuild the text"
+    assert [t["start"] for t in tokens[1:]] == [t["end"] for t in tokens[:-1]]
+    assert len(tokens) == len(reference)
+    for token, ref in zip(tokens, reference):
+        if ref is None:
+            assert token["prob"] is token["rank"] is token["alternatives"] is None
+            continue
+        assert token["logprob"] == pytest.approx(ref["logprob"], abs=1e-4)
+        assert token["prob"] == pytest.approx(math.exp(ref["logprob"]), abs=1e-4)
+        assert token["rank"] == ref["rank"]
+        assert token["entropy"] == pytest.approx(ref["entropy"], abs=1e-3)
+        got = [a["token_id"] for a in token["alternatives"]]
+        for i, (g, r) in enumerate(zip(got, ref["top"])):  # equal, or an exact tie the two passes broke apart
+            assert g == r or abs(token["alternatives"][i]["prob"] - math.exp(ref["top_logprobs"][i])) < 1e-6
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_every_token_equals_one_transformers_pass(model_name, text):
+    model, tokenizer = cli.load_model(model_name)
+    result = cli.token_probabilities(text, 5, session="fresh " + text, model_name=model_name)
+    assert result["reused_tokens"] == 0 and result["truncated_tokens"] == 0
+    assert result["context_tokens"] == len(tokenizer(text)["input_ids"])
+    assert_matches(result, reference_scores(model, tokenizer, text, 5), text, tokenizer)
+    assert json.loads(json.dumps(result)) == result, "plain JSON"
+
+
+def test_only_new_tokens_are_scored_after_an_edit_a_click_or_a_keystroke(model_name):
+    model, tokenizer = cli.load_model(model_name)
+    session, text = "writer", TEXTS[0]
+    cli.token_probabilities(text, 3, session=session, model_name=model_name)
+    steps = [
+        text + " It ran",  # typing on
+        text.replace("lazy", "sleepy") + " It ran",  # an edit in the middle
+    ]
+    for step in steps:
+        result = cli.token_probabilities(step, 3, session=session, model_name=model_name)
+        shared = 0
+        ids, before = tokenizer(step)["input_ids"], tokenizer(text)["input_ids"]
+        while shared < min(len(ids), len(before)) and ids[shared] == before[shared]:
+            shared += 1
+        assert result["reused_tokens"] >= shared - 1, "everything before the change is reused"
+        assert_matches(result, reference_scores(model, tokenizer, step, 3), step, tokenizer)
+        text = step
+    # a click: the suggestions score the branch's tokens as they run, so the heatmap then runs nothing
+    shown = cli.lookahead(text, 3, 3, session=session, model_name=model_name)
+    assert_matches_reference(shown, reference_lookahead(model, tokenizer, text, 3, 3), 3)
+    taken = text + shown["branches"][0]["text"]
+    after = cli.lookahead(taken, 3, 3, session=session, model_name=model_name)
+    assert_matches_reference(after, reference_lookahead(model, tokenizer, taken, 3, 3), 3)
+    result = cli.token_probabilities(taken, 3, session=session, model_name=model_name)
+    assert result["reused_tokens"] == result["context_tokens"]
+    assert_matches(result, reference_scores(model, tokenizer, taken, 3), taken, tokenizer)
+
+
+def test_a_cold_text_is_scored_in_chunks_with_the_same_result(embedded, monkeypatch):
+    model, tokenizer = embedded
+    text = TEXTS[1] * 3
+    whole = cli.token_probabilities(text, 5, session="whole")
+    monkeypatch.setattr(scoring, "SCORE_CHUNK", 7)
+    chunked = cli.token_probabilities(text, 5, session="chunked")
+    for a, b in zip(whole["tokens"], chunked["tokens"]):
+        assert a["token_id"] == b["token_id"] and a["rank"] == b["rank"]
+        assert a["logprob"] == pytest.approx(b["logprob"], abs=1e-4)
+
+
+def test_past_the_context_the_window_is_scored_and_the_rest_says_none(tiny_model_dirs):
+    name = tiny_model_dirs["llama"]
+    model, tokenizer = cli.load_model(name)
+    text = " ".join(f"word{i}" for i in range(60))
+    ids = tokenizer(text)["input_ids"]
+    result = cli.token_probabilities(text, 3, session="long", model_name=name)
+    dropped = result["truncated_tokens"]
+    assert dropped > 0 and result["context_tokens"] == len(ids) - dropped <= model.config.max_position_embeddings
+    tokens = result["tokens"]
+    assert all(t["prob"] is None for t in tokens[: dropped + 1])
+    assert "".join(text[t["start"] : t["end"]] for t in tokens) == text
+    reference = reference_scores(model, tokenizer, "", 3, ids[dropped:])
+    for token, ref in zip(tokens[dropped + 1 :], reference[1:]):
+        assert token["logprob"] == pytest.approx(ref["logprob"], abs=1e-4) and token["rank"] == ref["rank"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"text": ""}, "text is empty"), ({"text": 5}, "text must be a string"),
+     ({"text": "a", "k": 0}, "k must be between 1 and 20"), ({"text": "a", "k": 21}, "k must be between 1 and 20"),
+     ({"text": "a", "k": 2.5}, "k must be an integer")],
+)
+def test_bad_arguments_raise_clear_value_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        cli.token_probabilities(**kwargs)

@@ -1,0 +1,82 @@
+"""The page's scripts and styles: small, plain JavaScript for what gradio's events do not cover.
+
+Kept here so app.py reads as the layout and the wiring.
+"""
+
+KEYBOARD_JS = """
+<script>
+// Every edit of the text refreshes: typing, paste, cut, drag-and-drop, delete, the browser's own
+// undo, IME and autocomplete all fire the textarea's native input event (gradio's own "input"
+// event misses paste and delete). After the textarea's own handler has updated the value, press
+// the hidden button whose click (trigger_mode always_last) recomputes the suggestions.
+document.addEventListener("input", (e) => {
+  if (e.target.closest && e.target.closest("#text")) {
+    setTimeout(() => document.getElementById("text-edited")?.click(), 0);
+  }
+});
+document.addEventListener("keydown", (e) => {
+  if ((e.ctrlKey || e.metaKey) && e.key === "Enter") {
+    document.getElementById("refresh")?.click();
+    e.preventDefault();
+  } else if (e.altKey && /^Digit[1-9]$/.test(e.code)) {
+    const button = document.getElementById("branch-" + (Number(e.code.slice(5)) - 1));
+    if (button && button.offsetParent !== null) { button.click(); e.preventDefault(); }
+  }
+});
+</script>
+"""
+# Clicks inside the plot and the tree are delegated from the component's root, so they
+# survive re-rendering; the clicked element's data attribute travels as the event's data.
+CLICK_TOKEN_JS = """element.addEventListener('click', (e) => {
+  const row = e.target.closest('[data-token-id]');
+  if (row) trigger('click', {token_id: Number(row.dataset.tokenId)});
+});"""
+SELECT_NODE_JS = """element.addEventListener('click', (e) => {
+  const row = e.target.closest('[data-node]');
+  if (row) trigger('select', {node: Number(row.dataset.node)});
+});"""
+IMPORT_JS = """element.addEventListener('change', async (e) => {
+  const file = e.target.files && e.target.files[0];
+  if (!file) return;
+  trigger('upload', {json: await file.text()});
+  e.target.value = '';
+});"""
+DOWNLOAD_JS = """(json) => {
+  const link = document.createElement('a');
+  link.href = URL.createObjectURL(new Blob([json], {type: 'application/json'}));
+  link.download = 'lookahead-history.json';
+  document.body.appendChild(link); link.click(); link.remove();
+}"""
+STORAGE_KEY = "interactive-lookahead-history"  # the browser's copy of the tree, for reloads
+READ_STORED_JS = f"(_, history) => [localStorage.getItem('{STORAGE_KEY}'), history]"
+SAVE_HISTORY_JS = """(message) => {
+  // Keep the browser's copy of the tree: the whole tree once, then each update's changed nodes.
+  if (!message) return;
+  const update = JSON.parse(message);
+  const resync = () => document.getElementById("history-resync")?.click();
+  let tree = null;
+  try { tree = JSON.parse(localStorage.getItem("KEY")); } catch (e) {}
+  if (update.whole) {
+    tree = {...update.whole, sync: update.sync};
+  } else if (!tree || tree.sync !== update.sync) {
+    return resync();  // no copy, or another tab's tree: ask for the whole one
+  } else {
+    for (const node of update.nodes) {
+      if (node.id > tree.nodes.length) return resync();
+      tree.nodes[node.id] = node;
+    }
+    tree.current = update.current;
+  }
+  try { localStorage.setItem("KEY", JSON.stringify(tree)); } catch (e) { console.warn("history not kept:", e); }
+}""".replace("KEY", STORAGE_KEY)
+IMPORT_HTML = (
+    '<label style="cursor:pointer;font-size:13px;padding:4px 10px;border:1px solid var(--border-color-primary);'
+    'border-radius:6px;display:inline-block">Import JSON…'
+    '<input type="file" accept=".json,application/json" style="display:none"></label>'
+)
+
+CSS = """
+.branch-btn { font-family: ui-monospace, monospace !important; }
+#text-edited, #history-resync { display: none !important; }
+#status { font-size: 13px; color: var(--body-text-color-subdued); }
+"""
