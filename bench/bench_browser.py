@@ -69,7 +69,10 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float) -> 
         status = page.locator("#status")
         status.filter(has_text="context tokens").wait_for(timeout=120_000)
         page.locator("#text textarea").fill(PASSAGE * (tokens // TOKENS_PER_PASSAGE))
-        page.wait_for_function("document.querySelector('#status').innerText.includes('reused')", timeout=120_000)
+        page.wait_for_function(  # the long text's first suggestions (a cold prefill: minutes at 8k tokens)
+            f"(m => m && Number(m[1]) > {tokens // 2})(document.querySelector('#status').innerText.match(/(\\d+) context/))",
+            timeout=600_000,
+        )
         time.sleep(3)  # the first suggestions for the long text, then reading
         page.evaluate(TIMING_JS)
         totals, models, stored = [], [], []
@@ -78,7 +81,12 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float) -> 
             first_update_after_click = (
                 f"(t => t.clicks.length > {i} && t.updates.find(u => u > t.clicks[{i}]))(window.__timing)"
             )
-            page.wait_for_function(first_update_after_click, timeout=60_000, polling=20)
+            try:
+                page.wait_for_function(first_update_after_click, timeout=60_000, polling=20)
+            except Exception:
+                page.screenshot(path=f"/tmp/bench_browser_stuck_{tokens}.png", full_page=True)
+                print(f"click {i}: no update; status {status.inner_text()!r}", file=sys.stderr)
+                raise
             totals.append(page.evaluate(first_update_after_click) - page.evaluate(f"window.__timing.clicks[{i}]"))
             models.append(float(re.search(r"(\d+) ms", status.inner_text()).group(1)))
             stored.append(page.evaluate("Object.values(localStorage).reduce((n, v) => n + v.length, 0)"))
