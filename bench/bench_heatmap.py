@@ -34,22 +34,23 @@ TOKENS_PER_PASSAGE = 40  # about, for the embedded model's tokenizer
 def clicks(tokens: int, n: int) -> dict:
     import custom_llm_inference as cli
 
-    text = {"branches": PASSAGE * (tokens // TOKENS_PER_PASSAGE)}
+    text = {"branches": (PASSAGE * (tokens // TOKENS_PER_PASSAGE)).rstrip()}
     text["both"] = text["branches"]
     cli.lookahead(text["branches"], session="branches")
     cli.lookahead(text["both"], session="both")
     cli.token_probabilities(text["both"], session="both")
     times: dict[str, list[float]] = {"branches": [], "both": []}
+    ran = 0  # heatmap calls that had tokens to run (a text ending in whitespace: the branches' pass healed it)
     for _ in range(n):
         for session in ("branches", "both"):
             start = time.perf_counter()
             shown = cli.lookahead(text[session], session=session)
             if session == "both":
                 heat = cli.token_probabilities(text[session], session=session)
-                assert heat["reused_tokens"] == heat["context_tokens"], "the branches' pass scored the new tokens"
+                ran += heat["reused_tokens"] < heat["context_tokens"]
             times[session].append(time.perf_counter() - start)
             text[session] += shown["branches"][0]["text"]
-    return {s: 1000 * statistics.median(t) for s, t in times.items()} | {"context": shown["context_tokens"]}
+    return {s: 1000 * statistics.median(t) for s, t in times.items()} | {"context": shown["context_tokens"], "ran": ran}
 
 
 def peak_memory(kind: str, tokens: int) -> None:
@@ -90,9 +91,10 @@ def main() -> None:
         return peak_memory(args.peak, args.cold_tokens)
     print(f"{os.cpu_count()} CPU cores\n")
     r = clicks(args.tokens, args.clicks)
-    print("| text (context tokens) | branches only, per click | branches + heatmap, per click | ratio |")
-    print("|---:|---:|---:|---:|")
-    print(f"| {r['context']} | {r['branches']:.0f} ms | {r['both']:.0f} ms | **{r['both'] / r['branches']:.2f}×** |\n")
+    print("| text (context tokens) | clicks | branches only, p50 | branches + heatmap, p50 | ratio | heatmap calls that ran the model |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    print(f"| {r['context']} | {args.clicks} | {r['branches']:.0f} ms | {r['both']:.0f} ms "
+          f"| **{r['both'] / r['branches']:.2f}×** | {r['ran']} |\n")
     print("| cold text (context tokens) | call | time | memory over the loaded model, peak | ratio |")
     print("|---:|---|---:|---:|---:|")
     runs = {kind: measured_in_a_fresh_process(kind, args.cold_tokens) for kind in ("prefill", "heatmap")}

@@ -105,3 +105,19 @@ def test_generate_endpoint_equals_the_engine_and_rejects_bad_methods(client):
         client.predict(text, 8, "beam", api_name="/generate")
     with pytest.raises(Exception, match="max_new_tokens"):
         client.predict(text, 100000, "greedy", api_name="/generate")
+
+
+def test_token_probabilities_endpoint_equals_the_engine_and_refuses_bad_k(client):
+    endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
+    assert [p["parameter_name"] for p in endpoints["/token_probabilities"]["parameters"]] == ["text", "k"]
+    text = "The capital of France is Paris."
+    remote = client.predict(text, 3, api_name="/token_probabilities")
+    local = cli.token_probabilities(text, 3, session="local heatmap")
+    assert [t["token_id"] for t in remote["tokens"]] == [t["token_id"] for t in local["tokens"]]
+    assert [(t["start"], t["end"], t["rank"]) for t in remote["tokens"]] == [
+        (t["start"], t["end"], t["rank"]) for t in local["tokens"]
+    ]
+    assert remote["tokens"][0]["prob"] is None
+    assert remote["tokens"][-1]["prob"] == pytest.approx(local["tokens"][-1]["prob"], abs=1e-5)
+    with pytest.raises(Exception, match="k must be between 1 and 20"):
+        client.predict(text, 50, api_name="/token_probabilities")
