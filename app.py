@@ -149,6 +149,8 @@ def take_branch(index: int, text: str, shown: tuple[str, dict] | None, history: 
         raise gr.Error("That branch is no longer shown.")
     branch = result["branches"][index]
     history.add(text + branch["text"], "branch", branch["token_ids"], node_settings(shown))
+    if branch.get("ends"):
+        gr.Info("The model would end the text here (the branch reached its end-of-sequence token).")
     return history.text, history
 
 
@@ -259,45 +261,53 @@ def session_key(request: gr.Request | None) -> str:
 
 def api_lookahead(
     text: str, n_branches: int = 5, depth: int = 3, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-    repetition_penalty: float = 1.0, branch_mode: str = "greedy", seed: int = 0, request: gr.Request = None,
+    repetition_penalty: float = 1.0, branch_mode: str = "greedy", seed: int = 0, messages: list[dict] | None = None,
+    request: gr.Request = None,
 ) -> dict:
-    """The n_branches best next tokens of `text` (by p_final), each continued to `depth` tokens (see README)."""
+    """The n_branches best next tokens of `text` (by p_final), each continued to `depth` tokens (see README).
+
+    With `messages` (earlier turns), `text` is the assistant's reply being written (chat mode).
+    """
     try:
         return cli.lookahead(
             text, n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
-            session=session_key(request),
+            session=session_key(request), messages=messages,
         )
     except ValueError as error:
         raise gr.Error(str(error)) from None
 
 
-def api_token_probabilities(text: str, k: int = 5, request: gr.Request = None) -> dict:
+def api_token_probabilities(
+    text: str, k: int = 5, messages: list[dict] | None = None, request: gr.Request = None
+) -> dict:
     """Every token of `text` with its probability given what precedes it, rank, entropy and top-k alternatives."""
     try:
-        return cli.token_probabilities(text, k, session=session_key(request))
+        return cli.token_probabilities(text, k, session=session_key(request), messages=messages)
     except ValueError as error:
         raise gr.Error(str(error)) from None
 
 
-def api_generate(text: str, max_new_tokens: int = 64, method: str = "lookahead") -> Iterator[dict]:
+def api_generate(
+    text: str, max_new_tokens: int = 64, method: str = "lookahead", messages: list[dict] | None = None
+) -> Iterator[dict]:
     """Continue `text` greedily, streaming the growing result after every forward pass.
 
     "lookahead" gives the same tokens as "greedy" in fewer forward passes; `predict` returns the final result.
     """
     try:
-        yield from cli.generate_stream(text, max_new_tokens, method)
+        yield from cli.generate_stream(text, max_new_tokens, method, messages=messages)
     except ValueError as error:
         raise gr.Error(str(error)) from None
 
 
 def api_next_token_distribution(
     text: str, k: int = 10, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-    repetition_penalty: float = 1.0, request: gr.Request = None,
+    repetition_penalty: float = 1.0, messages: list[dict] | None = None, request: gr.Request = None,
 ) -> list:
     """The k next tokens of `text`, with prob (p_base), logprob, p_final and kept (see README)."""
     try:
         return cli.next_token_distribution(
-            text, k, temperature, top_k, top_p, repetition_penalty, session=session_key(request)
+            text, k, temperature, top_k, top_p, repetition_penalty, session=session_key(request), messages=messages
         )
     except ValueError as error:
         raise gr.Error(str(error)) from None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisation
 
-import functools
 import math
 import time
 from collections.abc import Iterable, Iterator
@@ -29,8 +28,9 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lookahead.branches import Lookahead, get_lookahead_sequences
+from lookahead.chat import chat_prompt, check_messages, check_template, context_ids
 from lookahead.decoding import greedy_passes, lookahead_passes
-from lookahead.healing import allowed_first_tokens, split_for_healing
+from lookahead.healing import allowed_first_tokens, split_for_healing, token_texts
 from lookahead.models import default_model_name, load_model, on_zero_gpu
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.sampling import BRANCH_MODES, PLAIN, PRESETS, Sampling, ranked
@@ -71,6 +71,7 @@ INTERACTION_GPU_SECONDS = 10  # a lookahead or distribution: well under a second
 GENERATE_GPU_SECONDS = 4.0  # a continuation: the prompt's pass and start-up ...
 GENERATE_GPU_SECONDS_PER_TOKEN = 0.015  # ... plus this per new token (MAX_NEW_TOKENS: 19.4 s)
 
+Messages = tuple[tuple[str, str], ...]  # chat mode's earlier turns, (role, content), hashable for precomputation
 WINDOW_STEP = 0.25  # past the context, the window's start moves by this share of it at a time
 
 prefix_caches = PrefixCacheStore()
@@ -95,21 +96,36 @@ def _check_choice(name: str, value: object, choices: Iterable[str]) -> str:
     return value
 
 
-def _check_text(text: object) -> str:
-    if not isinstance(text, str):
-        raise ValueError(f"text must be a string, got {type(text).__name__}")
-    if not text:
+def _check_text(text: object, messages: Messages | None = None) -> str:
+    """The text (in chat mode the reply, which may still be empty), checked."""
+    text = _check_string("text", text)
+    if not text and messages is None:
         raise ValueError("text is empty: type something to see what could come next")
-    if len(text) > MAX_TEXT_CHARS:
-        raise ValueError(f"text is too long: {len(text):,} characters, the limit is {MAX_TEXT_CHARS:,}")
+    return text
+
+
+def _check_string(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {type(value).__name__}")
+    if len(value) > MAX_TEXT_CHARS:
+        raise ValueError(f"{name} is too long: {len(value):,} characters, the limit is {MAX_TEXT_CHARS:,}")
     try:
-        text.encode("utf-8")
+        value.encode("utf-8")
     except UnicodeEncodeError as error:
         raise ValueError(
-            f"text has a lone surrogate (U+{ord(text[error.start]):04X}) at character {error.start}: "
+            f"{name} has a lone surrogate (U+{ord(value[error.start]):04X}) at character {error.start}: "
             "half of a character that was split; send the whole character"
         ) from None
-    return text
+    return value
+
+
+def _check_messages(messages: object, model_name: str | None) -> Messages | None:
+    """Chat mode's earlier turns, checked (and the model's chat template), as hashable pairs."""
+    checked = check_messages(messages, _check_string)
+    if checked is None:
+        return None
+    check_template(load_model(model_name)[1], model_name or default_model_name())
+    return tuple((m["role"], m["content"]) for m in checked)
 
 
 def _check_model_name(model_name: object) -> str | None:
@@ -204,11 +220,12 @@ def _run(
     branch_mode: str = "greedy",
     seed: int = 0,
     store: PrefixCacheStore | ScratchStore = prefix_caches,
+    messages: Messages | None = None,
 ) -> _Run:
     """Tokenize (healing trailing whitespace), reuse the session's cache from `store`, and compute the branches."""
     model, tokenizer = load_model(model_name)
     prefix, healed = split_for_healing(text, tokenizer)
-    ids = tokenizer(prefix)["input_ids"]
+    ids = context_ids(tokenizer, prefix, _as_dicts(messages))
     dropped = window_start(len(ids), _context_limit(model) - depth, _context_limit(model))
     ids = ids[dropped:]
     key = (model_name or default_model_name(), session)
@@ -238,6 +255,10 @@ def _run(
         ),
     }
     return _Run(result, info, allowed, healed, tokenizer, context)
+
+
+def _as_dicts(messages: Messages | None) -> list[dict] | None:
+    return None if messages is None else [{"role": role, "content": content} for role, content in messages]
 
 
 def window_start(n_tokens: int, room: int, context: int) -> int:
@@ -270,6 +291,7 @@ def next_token_distribution(
     *,
     session: str = "default",
     model_name: str | None = None,
+    messages: list[dict] | None = None,
 ) -> list[dict]:
     """The k next tokens after `text`, ranked by p_final, then p_base.
 
@@ -278,9 +300,13 @@ def next_token_distribution(
     filter cut the token), "kept"}. `k` is how many entries come back; `top_k` is the
     filter (0 = off). Text ending in whitespace is token-healed (lookahead/healing.py):
     the whitespace is backed up and only tokens starting with it are allowed, renormalised.
+    With `messages` (earlier turns of a conversation) `text` is the assistant's reply being
+    written, in the model's chat template (lookahead/chat.py); the same holds for every function here.
     """
+    chat = _check_messages(messages, _check_model_name(model_name))
     request = dict(
-        text=_check_text(text),
+        text=_check_text(text, chat),
+        messages=chat,
         k=_check_int("k", k, 1, MAX_TOP_K),
         sampling=_sampling(temperature, top_k, top_p, repetition_penalty),
         session=str(session),
@@ -289,12 +315,14 @@ def next_token_distribution(
     return _last(_serve("distribution", request))["distribution"]
 
 
-def _next_tokens(text: str, k: int, sampling: Sampling, session: str, model_name: str | None) -> dict:
-    return {"distribution": _distribution(_run(text, 1, 1, session, model_name), sampling, k)}
+def _next_tokens(
+    text: str, k: int, sampling: Sampling, session: str, model_name: str | None, messages: Messages | None
+) -> dict:
+    return {"distribution": _distribution(_run(text, 1, 1, session, model_name, messages=messages), sampling, k)}
 
 
 def token_probabilities(
-    text: str, k: int = 5, *, session: str = "default", model_name: str | None = None
+    text: str, k: int = 5, *, session: str = "default", model_name: str | None = None, messages: list[dict] | None = None
 ) -> dict:
     """Each token of `text` as the model saw it: how likely it was given everything before it.
 
@@ -306,10 +334,13 @@ def token_probabilities(
     have empty spans). `prob` is the plain softmax, `rank` 1 for the model's first choice, `entropy`
     in bits. A token with nothing before it, or left out of the model's window on a text longer
     than its context, has None for all of these. The session keeps each token's scores, so after
-    an edit or a click only the new tokens are scored (`reused_tokens` were not run again).
+    an edit or a click only the new tokens are scored (`reused_tokens` were not run again). In chat
+    mode (`messages`) the tokens listed are the reply's, scored after the whole conversation.
     """
+    chat = _check_messages(messages, _check_model_name(model_name))
     request = dict(
-        text=_check_text(text),
+        text=_check_text(text, chat),
+        messages=chat,
         k=_check_int("k", k, 1, MAX_ALTERNATIVES),
         session=str(session),
         model_name=_check_model_name(model_name),
@@ -320,10 +351,17 @@ def token_probabilities(
 
 
 def _token_probabilities(
-    text: str, k: int, session: str, model_name: str | None, stored_only: bool = False
+    text: str, k: int, session: str, model_name: str | None, messages: Messages | None, stored_only: bool = False
 ) -> dict | None:
     model, tokenizer = load_model(model_name)
-    encoding = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    if messages is None:
+        encoding = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+        reply_start = 0
+    else:
+        prompt = chat_prompt(tokenizer, _as_dicts(messages), text)
+        encoding = tokenizer(prompt, add_special_tokens=False, return_offsets_mapping=True,
+                             return_special_tokens_mask=True)
+        reply_start = _reply_start(prompt, text)
     all_ids = encoding["input_ids"]
     dropped = window_start(len(all_ids), _context_limit(model) - 1, _context_limit(model))
     ids = all_ids[dropped:]
@@ -342,40 +380,45 @@ def _token_probabilities(
         "context_tokens": len(ids),
         "reused_tokens": reused,
         "truncated_tokens": dropped,
-        "tokens": _token_entries(rows, k, tokenizer, token_spans(encoding["offset_mapping"], len(text)),
-                                 encoding["special_tokens_mask"]),
+        "tokens": _token_entries(rows, k, tokenizer, encoding["offset_mapping"], encoding["special_tokens_mask"],
+                                 reply_start, len(text)),
     }
 
 
+def _reply_start(prompt: str, reply: str) -> int:
+    """Where the reply begins in the rendered conversation (a template may trim the reply's ends)."""
+    trimmed = reply.strip()
+    return len(prompt) - len(reply) if prompt.endswith(reply) else prompt.rindex(trimmed) if trimmed else len(prompt)
+
+
 def _token_entries(
-    rows: Scores, k: int, tokenizer: PreTrainedTokenizerBase, spans: list[tuple[int, int]], special: list[int]
+    rows: Scores, k: int, tokenizer: PreTrainedTokenizerBase, offsets: list[tuple[int, int]], special: list[int],
+    text_start: int, text_length: int,
 ) -> list[dict]:
-    texts = _token_texts(tokenizer, len(rows.top_ids) and int(rows.top_ids.max()) + 1)
+    """The entries of the tokens that are the text's (offsets into the tokenized string, whose text begins at `text_start`)."""
+    listed = [not s and end > text_start for (_, end), s in zip(offsets, special)]
+    spans = iter(token_spans([(a - text_start, b - text_start) for (a, b), ok in zip(offsets, listed) if ok], text_length))
+    vocabulary = token_texts(tokenizer)
+
+    def texts(token_id: int) -> str:
+        return vocabulary[token_id] if token_id < len(vocabulary) else ""  # a model may have more rows than tokens
+
     columns = zip(rows.token_ids.tolist(), rows.logprob.tolist(), rows.rank.tolist(), rows.entropy.tolist(),
-                  rows.top_ids[:, :k].tolist(), rows.top_logprobs[:, :k].tolist(), spans, special)
+                  rows.top_ids[:, :k].tolist(), rows.top_logprobs[:, :k].tolist(), listed)
     entries = []
-    for token_id, logprob, rank, entropy, top_ids, top_logprobs, (start, end), is_special in columns:
-        if is_special:
+    for token_id, logprob, rank, entropy, top_ids, top_logprobs, is_listed in columns:
+        if not is_listed:
             continue
+        start, end = next(spans)
         scored = not math.isnan(logprob)
         entries.append({
-            "token_id": token_id, "token": texts[token_id], "start": start, "end": end,
+            "token_id": token_id, "token": texts(token_id), "start": start, "end": end,
             "prob": math.exp(logprob) if scored else None, "logprob": logprob if scored else None,
             "rank": rank if scored else None, "entropy": entropy if scored else None,
-            "alternatives": [{"token_id": i, "token": texts[i], "prob": math.exp(lp)}
+            "alternatives": [{"token_id": i, "token": texts(i), "prob": math.exp(lp)}
                              for i, lp in zip(top_ids, top_logprobs)] if scored else None,
         })
     return entries
-
-
-def _token_texts(tokenizer: PreTrainedTokenizerBase, n: int) -> list[str]:
-    """The texts of tokens 0..n-1 at least, decoded once per tokenizer (a heatmap names thousands)."""
-    return _decoded_vocabulary(tokenizer, max(n, len(tokenizer)))
-
-
-@functools.lru_cache(maxsize=8)
-def _decoded_vocabulary(tokenizer: PreTrainedTokenizerBase, n: int) -> list[str]:
-    return tokenizer.batch_decode([[i] for i in range(n)], clean_up_tokenization_spaces=False)
 
 
 def lookahead(
@@ -391,6 +434,7 @@ def lookahead(
     *,
     session: str = "default",
     model_name: str | None = None,
+    messages: list[dict] | None = None,
     precompute: bool = False,
 ) -> dict:
     """The `n_branches` best next tokens after `text` (by p_final), each continued to `depth` tokens.
@@ -399,15 +443,19 @@ def lookahead(
     sampling from p_final (`"sample"`, reproducible with `seed`). Returns {"model",
     "device", "context_tokens", "reused_tokens", "truncated_tokens", "healed_whitespace",
     "notice", "sampling", "branch_mode", "seed", "distribution": [...] (as from
-    next_token_distribution), "branches": [{"token_ids", "text", "prob", "p_final"}]}.
+    next_token_distribution), "branches": [{"token_ids", "text", "prob", "p_final", "ends"}]}.
     A branch's "text" is exactly what to append to `text` (with healing, the backed-up
-    whitespace is already part of `text`). `session` keys the KV cache that later calls
+    whitespace is already part of `text`). A branch stops after the end-of-sequence token if
+    it reaches one and keeps it in its token_ids (`ends`: True; "text" leaves the token's own
+    text out): taking it ends the text, or in chat mode the reply. `session` keys the KV cache that later calls
     of the same writer reuse. `precompute=True` then computes, in the background, the result
     for `text` + each branch (lookahead/speculation.py), so taking one is answered at once;
     off ZeroGPU only, where a GPU call cannot outlive its request.
     """
+    chat = _check_messages(messages, _check_model_name(model_name))
     request = dict(
-        text=_check_text(text),
+        text=_check_text(text, chat),
+        messages=chat,
         n_branches=_check_int("n_branches", n_branches, 1, MAX_BRANCHES),
         depth=_check_int("depth", depth, 1, MAX_DEPTH),
         sampling=_sampling(temperature, top_k, top_p, repetition_penalty),
@@ -420,23 +468,24 @@ def lookahead(
     if precompute and not on_zero_gpu():
         taken = [{**request, "text": request["text"] + branch["text"]} for branch in result["branches"]]
         key = (request["model_name"] or default_model_name(), request["session"])
-        speculator.start(
-            key, "lookahead", taken, lambda r, scratch: _lookahead(**r, store=scratch)
-        )
+        speculator.start(key, "lookahead", taken, lambda r, scratch: _lookahead(**r, store=scratch))
     return result
 
 
 def _lookahead(
     text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
-    model_name: str | None, store: PrefixCacheStore | ScratchStore = prefix_caches,
+    model_name: str | None, messages: Messages | None, store: PrefixCacheStore | ScratchStore = prefix_caches,
 ) -> dict:
-    run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed, store)
-    sequences = run.result.sequences.tolist()
-    texts = run.tokenizer.batch_decode(sequences, clean_up_tokenization_spaces=False)
+    run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed, store, messages)
+    eos = _eos_ids(load_model(model_name)[0])
+    sequences = [_through_first(seq, eos) for seq in run.result.sequences.tolist()]
+    ends = [seq[-1] in eos for seq in sequences]
+    texts = run.tokenizer.batch_decode([seq[:-1] if end else seq for seq, end in zip(sequences, ends)],
+                                       clean_up_tokenization_spaces=False)
     firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])
     branches = [
-        {"token_ids": seq, "text": t[len(run.healed) :], "prob": first["prob"], "p_final": first["p_final"]}
-        for seq, t, first in zip(sequences, texts, firsts)
+        {"token_ids": seq, "text": t[len(run.healed) :], "prob": first["prob"], "p_final": first["p_final"], "ends": end}
+        for seq, t, first, end in zip(sequences, texts, firsts, ends)
     ]
     return {
         **run.info,
@@ -448,17 +497,23 @@ def _lookahead(
     }
 
 
+def _through_first(sequence: list[int], stops: set[int]) -> list[int]:
+    """`sequence` up to and including its first stop token (a branch ends where the model would stop)."""
+    return next((sequence[: i + 1] for i, token in enumerate(sequence) if token in stops), sequence)
+
+
 def _eos_ids(model: PreTrainedModel) -> set[int]:
     eos = model.generation_config.eos_token_id
     return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
 
 
 def _generation(
-    text: str, max_new_tokens: int, method: str, model_name: str | None, time_limit: float | None
+    text: str, max_new_tokens: int, method: str, model_name: str | None, messages: Messages | None,
+    time_limit: float | None,
 ) -> Iterator[dict]:
     """The growing continuation after every pass; stops at EOS, `max_new_tokens` or `time_limit` seconds."""
     model, tokenizer = load_model(model_name)
-    ids = tokenizer(text)["input_ids"]
+    ids = context_ids(tokenizer, text, _as_dicts(messages))
     dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
     ids = ids[dropped:]
     new_ids: list[int] = []
@@ -495,9 +550,13 @@ def _generation(
             return
 
 
-def _generation_request(text: object, max_new_tokens: object, method: object, model_name: object) -> dict:
+def _generation_request(
+    text: object, max_new_tokens: object, method: object, model_name: object, messages: object
+) -> dict:
+    chat = _check_messages(messages, _check_model_name(model_name))
     request = dict(
-        text=_check_text(text),
+        text=_check_text(text, chat),
+        messages=chat,
         max_new_tokens=_check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS),
         method=_check_choice("method", method, GENERATION_METHODS),
         model_name=_check_model_name(model_name),
@@ -509,14 +568,16 @@ def _generation_request(text: object, max_new_tokens: object, method: object, mo
 
 
 def generate_stream(
-    text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None
+    text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None,
+    messages: list[dict] | None = None,
 ) -> Iterator[dict]:
     """`generate`'s result after every forward pass, growing, for streaming into the UI."""
-    yield from _serve("generate", _generation_request(text, max_new_tokens, method, model_name))
+    yield from _serve("generate", _generation_request(text, max_new_tokens, method, model_name, messages))
 
 
 def generate(
-    text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None
+    text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None,
+    messages: list[dict] | None = None,
 ) -> dict:
     """Continue `text` greedily by up to `max_new_tokens` tokens (stopping after EOS).
 
@@ -528,4 +589,4 @@ def generate(
     "truncated_tokens", "stopped_for_time" (on ZeroGPU: stopped early to stay inside the
     GPU time it asked for)}.
     """
-    return _last(generate_stream(text, max_new_tokens, method, model_name=model_name))
+    return _last(generate_stream(text, max_new_tokens, method, model_name=model_name, messages=messages))

@@ -18,9 +18,11 @@ def test_endpoints_are_named_and_listed(client):
     assert {"/lookahead", "/next_token_distribution", "/generate"} <= set(endpoints)
     sampling = ["temperature", "top_k", "top_p", "repetition_penalty"]
     assert [p["parameter_name"] for p in endpoints["/lookahead"]["parameters"]] == [
-        "text", "n_branches", "depth", *sampling, "branch_mode", "seed"
+        "text", "n_branches", "depth", *sampling, "branch_mode", "seed", "messages"
     ]
-    assert [p["parameter_name"] for p in endpoints["/next_token_distribution"]["parameters"]] == ["text", "k", *sampling]
+    assert [p["parameter_name"] for p in endpoints["/next_token_distribution"]["parameters"]] == [
+        "text", "k", *sampling, "messages"
+    ]
 
 
 def test_results_equal_the_engine(client):
@@ -109,7 +111,7 @@ def test_generate_endpoint_equals_the_engine_and_rejects_bad_methods(client):
 
 def test_token_probabilities_endpoint_equals_the_engine_and_refuses_bad_k(client):
     endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    assert [p["parameter_name"] for p in endpoints["/token_probabilities"]["parameters"]] == ["text", "k"]
+    assert [p["parameter_name"] for p in endpoints["/token_probabilities"]["parameters"]] == ["text", "k", "messages"]
     text = "The capital of France is Paris."
     remote = client.predict(text, 3, api_name="/token_probabilities")
     local = cli.token_probabilities(text, 3, session="local heatmap")
@@ -121,3 +123,17 @@ def test_token_probabilities_endpoint_equals_the_engine_and_refuses_bad_k(client
     assert remote["tokens"][-1]["prob"] == pytest.approx(local["tokens"][-1]["prob"], abs=1e-5)
     with pytest.raises(Exception, match="k must be between 1 and 20"):
         client.predict(text, 50, api_name="/token_probabilities")
+
+
+
+def test_chat_mode_through_the_endpoints_equals_the_engine(client):
+    conversation = [{"role": "user", "content": "What is 2+2?"}]
+    remote = client.predict("2+2 equals", 3, 2, messages=conversation, api_name="/lookahead")
+    local = cli.lookahead("2+2 equals", 3, 2, session="local chat", messages=conversation)
+    assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
+    heat = client.predict("2+2 equals", 3, conversation, api_name="/token_probabilities")
+    assert [t["token"] for t in heat["tokens"]] == ["2", "+", "2", " equals"]
+    reply = client.predict("", 16, "greedy", conversation, api_name="/generate")
+    assert reply["token_ids"] == cli.generate("", 16, "greedy", messages=conversation)["token_ids"]
+    with pytest.raises(Exception, match="role"):
+        client.predict("x", 3, 2, messages=[{"role": "robot", "content": "hi"}], api_name="/lookahead")

@@ -100,8 +100,12 @@ def _more_line(n: int, where: str) -> str:
     return f'<div class="tree-more" style="color:var(--body-text-color-subdued)">  ⋯ {n} {where} line{"s" * (n != 1)}</div>'
 
 
+END_MARK = "⏹"  # a branch that reaches the end-of-sequence token: the model would stop there
+
+
 def branch_label(branch: dict) -> str:
     p_final = branch.get("p_final", branch["prob"])
-    return f"{visible(branch['text'])}  ·  " + (f"{100 * p_final:.0f}%" if p_final > 0 else "cut")
+    end = END_MARK if branch.get("ends") else ""
+    return f"{visible(branch['text'])}{end}  ·  " + (f"{100 * p_final:.0f}%" if p_final > 0 else "cut")
 
 
