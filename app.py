@@ -14,6 +14,8 @@ import gradio as gr
 
 import custom_llm_inference as cli
 from history import History
+from ui.chat import MODES as CHAT_MODES
+from ui.chat import TEXT_LABELS, awaiting_user, messages_for, with_reply, with_user_message
 from ui.heatmap import HEATMAP_JS, MODES, heatmap_view
 from ui.ordering import SessionOrder
 from ui.scripts import (
@@ -42,7 +44,7 @@ def node_settings(shown: tuple[str, dict] | None) -> dict:
     if not shown:
         return {}
     result = shown[1]
-    return {**result["sampling"], "branch_mode": result["branch_mode"], "seed": result["seed"],
+    return {**result["sampling"], "branch_mode": result["branch_mode"], "seed": result["seed"], "model": result["model"],
             "n_branches": len(result["branches"]), "depth": len(result["branches"][0]["token_ids"])}
 
 
@@ -62,17 +64,21 @@ def matching_preset(temperature: float, top_k: int, top_p: float, repetition_pen
 
 def suggest(
     text: str, history: History, n_branches: int, depth: int, temperature: float, top_k: int, top_p: float,
-    repetition_penalty: float, branch_mode: str, seed: float | None, heatmap_on: bool, heatmap_mode: str,
-    threshold: float, request: gr.Request,
+    repetition_penalty: float, branch_mode: str, seed: float | None, heatmap_on: bool, colour_by: str,
+    threshold: float, chat_mode: str, system_prompt: str, conversation: list[dict], model_name: str,
+    request: gr.Request,
 ):
     """Recompute everything for `text`: branches, plot, status, heatmap. A typing pause becomes a history node.
 
-    What changed in the tree goes to the browser's copy each time, so a reload keeps it.
+    In chat mode `text` is the assistant's reply, after the conversation. What changed in the tree
+    goes to the browser's copy each time, so a reload keeps it.
     """
     history.add(text, "type")
-    if not text:
+    messages = messages_for(chat_mode, system_prompt, conversation)
+    if (not text and messages is None) or awaiting_user(chat_mode, text, conversation):
         hidden = [gr.update(visible=False)] * MAX_BUTTONS
-        status = "Type something to see where the model could go next."
+        status = ("Write the user's message below to continue the conversation." if messages is not None
+                  else "Type something to see where the model could go next.")
         return (None, *hidden, "", status, history, tree_view(history), history_changes(history), "", None)
     if seed is None:
         raise gr.Error("Give a seed (a whole number, 0 or more).")
@@ -80,7 +86,7 @@ def suggest(
     try:
         result = cli.lookahead(
             text, int(n_branches), int(depth), temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
-            session=session_key(request), precompute=PRECOMPUTE,
+            session=session_key(request), model_name=model_name, messages=messages, precompute=PRECOMPUTE,
         )
     except ValueError as error:
         raise gr.Error(str(error)) from None
@@ -95,22 +101,29 @@ def suggest(
     if result["notice"]:
         status += f" · ⚠️ {result['notice']}"
     plot = distribution_plot(result["distribution"])
-    heat = show_heatmap(text, heatmap_on, heatmap_mode, threshold, None, request)  # after the branches: their pass scored the new tokens
+    # after the branches: their pass scored the new tokens
+    context = (chat_mode, system_prompt, conversation, model_name)
+    heat = show_heatmap(text, heatmap_on, colour_by, threshold, None, *context, request)
     return ((text, result), *buttons, plot, status, history, tree_view(history), history_changes(history), *heat)
 
 
 def show_heatmap(
-    text: str, on: bool, mode: str, threshold: float, shown: tuple[str, dict] | None, request: gr.Request
+    text: str, on: bool, colour_by: str, threshold: float, shown: tuple[str, dict] | None, chat_mode: str,
+    system_prompt: str, conversation: list[dict], model_name: str, request: gr.Request,
 ) -> tuple[str, tuple[str, dict] | None]:
     """The heatmap for `text` (re-coloured from `shown` if that is its), and what it shows, for a rewind."""
     if not on or not text:
         return "", None
-    if not shown or shown[0] != text:
+    if not shown or shown[0] != text or shown[1]["model"] != model_name:
+        messages = messages_for(chat_mode, system_prompt, conversation)
         try:
-            shown = (text, cli.token_probabilities(text, HEATMAP_ALTERNATIVES, session=session_key(request)))
+            result = cli.token_probabilities(
+                text, HEATMAP_ALTERNATIVES, session=session_key(request), model_name=model_name, messages=messages
+            )
         except ValueError as error:
             raise gr.Error(str(error)) from None
-    return heatmap_view(text, shown[1], mode, threshold), shown
+        shown = (text, result)
+    return heatmap_view(text, shown[1], colour_by, threshold), shown
 
 
 def rewind(text: str, heatmap_shown: tuple[str, dict] | None, history: History, event: gr.EventData):
@@ -150,20 +163,49 @@ def take_branch(index: int, text: str, shown: tuple[str, dict] | None, history: 
     branch = result["branches"][index]
     history.add(text + branch["text"], "branch", branch["token_ids"], node_settings(shown))
     if branch.get("ends"):
-        gr.Info("The model would end the text here (the branch reached its end-of-sequence token).")
+        gr.Info("The model would end here (the branch reached its end-of-sequence token).")
     return history.text, history
 
 
 def take_branch_and_suggest(
     index: int, text: str, shown: tuple[str, dict] | None, history: History, n_branches: int, depth: int,
     temperature: float, top_k: int, top_p: float, repetition_penalty: float, branch_mode: str, seed: float | None,
-    heatmap_on: bool, heatmap_mode: str, threshold: float, request: gr.Request,
+    heatmap_on: bool, colour_by: str, threshold: float, chat_mode: str, system_prompt: str, conversation: list[dict],
+    model_name: str, request: gr.Request,
 ):
     """A click: the branch appended and the new suggestions, in one event (they were precomputed while the
-    writer read, so this is usually instant)."""
+    writer read, so this is usually instant). In chat mode a branch that ends the reply sends it as a turn."""
     text, history = take_branch(index, text, shown, history)
-    settings = (n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed)
-    return (text, *suggest(text, history, *settings, heatmap_on, heatmap_mode, threshold, request))
+    replying = chat_mode == "chat" and conversation and conversation[-1]["role"] == "user"
+    if replying and shown[1]["branches"][index].get("ends"):
+        text, conversation, _, history = send_reply(text, conversation, history)
+    settings = (n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed, heatmap_on,
+                colour_by, threshold, chat_mode, system_prompt, conversation, model_name)
+    return (text, conversation, conversation, *suggest(text, history, *settings, request))
+
+
+def send_user_message(text: str, message: str, conversation: list[dict], history: History):
+    """The user's turn: a reply begun in the box goes first; the box then holds the next reply, empty."""
+    try:
+        conversation = with_user_message(text, message, conversation)
+    except ValueError as error:
+        raise gr.Error(str(error)) from None
+    history.add("", "turn", [], {"messages": conversation})
+    return "", "", conversation, conversation, history
+
+
+def send_reply(text: str, conversation: list[dict], history: History):
+    """The reply in the box becomes the assistant's turn; the next turn is the user's."""
+    try:
+        conversation = with_reply(text, conversation)
+    except ValueError as error:
+        raise gr.Error(str(error)) from None
+    history.add("", "turn", [], {"messages": conversation})
+    return "", conversation, conversation, history
+
+
+def switch_mode(chat_mode: str):
+    return gr.update(visible=chat_mode == "chat"), gr.update(label=TEXT_LABELS[chat_mode])
 
 
 def force_token(text: str, shown: tuple[str, dict] | None, history: History, event: gr.EventData):
@@ -190,7 +232,7 @@ def move(history: History, step: str):
     """Undo (to the parent) or redo (to the child last visited)."""
     if not (history.undo() if step == "undo" else history.redo()):
         raise gr.Error(f"Nothing to {step}.")
-    return history.text, history
+    return at_node(history)
 
 
 def select_node(history: History, event: gr.EventData):
@@ -198,7 +240,13 @@ def select_node(history: History, event: gr.EventData):
         history.select(int(event.node))
     except ValueError as error:
         raise gr.Error(str(error)) from None
-    return history.text, history
+    return at_node(history)
+
+
+def at_node(history: History) -> tuple[str, list[dict], list[dict], History]:
+    """The text box, the conversation (state and view) and the tree, as at the history's current node."""
+    conversation = history.conversation()
+    return history.text, conversation, conversation, history
 
 
 def clear(history: History):
@@ -214,10 +262,10 @@ def import_history(history: History, event: gr.EventData):
         raise gr.Error(f"Could not import that file: {error}") from None
     if imported.model != history.model:
         gr.Warning(f"This history was written with {imported.model}; suggestions now come from {history.model}.")
-    return imported.text, imported
+    return at_node(imported)
 
 
-def restore(stored: str | None, history: History) -> tuple[str | dict, History]:
+def restore(stored: str | None, history: History) -> tuple:
     """The tree this browser kept (READ_STORED_JS reads it), if it has a readable one.
 
     Without one the box is left as it is: the writer may have started typing before the page
@@ -227,18 +275,24 @@ def restore(stored: str | None, history: History) -> tuple[str | dict, History]:
         restored = History.from_json(stored) if stored else None
     except ValueError:
         restored = None  # written by another version of the app: start afresh
-    return (restored.text, restored) if restored else (gr.update(), history)
+    return at_node(restored) if restored else (gr.update(), gr.update(), gr.update(), history)
 
 
-def continue_text(text: str, n_tokens: int, lossless: bool, history: History):
-    """Stream a greedy continuation into the text, then show which tokens came from accepted drafts."""
-    if not text:
-        raise gr.Error("Type something to continue.")
+def continue_text(
+    text: str, n_tokens: int, lossless: bool, history: History, chat_mode: str, system_prompt: str,
+    conversation: list[dict], model_name: str,
+):
+    """Stream a greedy continuation into the text (in chat mode, the reply), then show which tokens came from
+    accepted drafts."""
+    messages = messages_for(chat_mode, system_prompt, conversation)
+    if awaiting_user(chat_mode, text, conversation) or (not text and messages is None):
+        raise gr.Error("Write the user's message first." if messages is not None else "Type something to continue.")
     if n_tokens is None:
         raise gr.Error("Say how many tokens to continue by.")
     result = None
+    method = "lookahead" if lossless else "greedy"
     try:
-        for result in cli.generate_stream(text, int(n_tokens), "lookahead" if lossless else "greedy"):
+        for result in cli.generate_stream(text, int(n_tokens), method, messages=messages, model_name=model_name):
             yield text + result["text"], gr.update(), f"{len(result['token_ids'])} tokens…", history
     except ValueError as error:
         raise gr.Error(str(error)) from None
@@ -255,6 +309,13 @@ def continue_text(text: str, n_tokens: int, lossless: bool, history: History):
     yield history.text, gr.update(value=pieces, visible=True), summary, history
 
 
+def offered(model_name: str | None) -> str | None:
+    """`model_name` if the app offers it (None: the default); a visitor cannot load an arbitrary model."""
+    if model_name not in (None, "", *cli.available_models()):
+        raise ValueError(f"model_name must be one of {cli.available_models()} (or left out), got {model_name!r}")
+    return model_name or None
+
+
 def session_key(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or "anonymous"
 
@@ -262,7 +323,7 @@ def session_key(request: gr.Request | None) -> str:
 def api_lookahead(
     text: str, n_branches: int = 5, depth: int = 3, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
     repetition_penalty: float = 1.0, branch_mode: str = "greedy", seed: int = 0, messages: list[dict] | None = None,
-    request: gr.Request = None,
+    model_name: str | None = None, request: gr.Request = None,
 ) -> dict:
     """The n_branches best next tokens of `text` (by p_final), each continued to `depth` tokens (see README).
 
@@ -271,43 +332,49 @@ def api_lookahead(
     try:
         return cli.lookahead(
             text, n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
-            session=session_key(request), messages=messages,
+            session=session_key(request), messages=messages, model_name=offered(model_name),
         )
     except ValueError as error:
         raise gr.Error(str(error)) from None
 
 
 def api_token_probabilities(
-    text: str, k: int = 5, messages: list[dict] | None = None, request: gr.Request = None
+    text: str, k: int = 5, messages: list[dict] | None = None, model_name: str | None = None,
+    request: gr.Request = None,
 ) -> dict:
     """Every token of `text` with its probability given what precedes it, rank, entropy and top-k alternatives."""
     try:
-        return cli.token_probabilities(text, k, session=session_key(request), messages=messages)
+        return cli.token_probabilities(
+            text, k, session=session_key(request), messages=messages, model_name=offered(model_name)
+        )
     except ValueError as error:
         raise gr.Error(str(error)) from None
 
 
 def api_generate(
-    text: str, max_new_tokens: int = 64, method: str = "lookahead", messages: list[dict] | None = None
+    text: str, max_new_tokens: int = 64, method: str = "lookahead", messages: list[dict] | None = None,
+    model_name: str | None = None,
 ) -> Iterator[dict]:
     """Continue `text` greedily, streaming the growing result after every forward pass.
 
     "lookahead" gives the same tokens as "greedy" in fewer forward passes; `predict` returns the final result.
     """
     try:
-        yield from cli.generate_stream(text, max_new_tokens, method, messages=messages)
+        yield from cli.generate_stream(text, max_new_tokens, method, messages=messages, model_name=offered(model_name))
     except ValueError as error:
         raise gr.Error(str(error)) from None
 
 
 def api_next_token_distribution(
     text: str, k: int = 10, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-    repetition_penalty: float = 1.0, messages: list[dict] | None = None, request: gr.Request = None,
+    repetition_penalty: float = 1.0, messages: list[dict] | None = None, model_name: str | None = None,
+    request: gr.Request = None,
 ) -> list:
     """The k next tokens of `text`, with prob (p_base), logprob, p_final and kept (see README)."""
     try:
         return cli.next_token_distribution(
-            text, k, temperature, top_k, top_p, repetition_penalty, session=session_key(request), messages=messages
+            text, k, temperature, top_k, top_p, repetition_penalty, session=session_key(request), messages=messages,
+            model_name=offered(model_name),
         )
     except ValueError as error:
         raise gr.Error(str(error)) from None
@@ -320,6 +387,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     )
     shown = gr.State(None)  # (text, lookahead result) behind the buttons on screen
     heatmap_shown = gr.State(None)  # (text, token_probabilities result) behind the heatmap
+    conversation = gr.State([])  # chat mode: the turns so far, as {"role", "content"}
     history = gr.State(History.start(DEFAULT_TEXT, cli.default_model_name()))
     history_json = gr.Textbox(visible=False)  # carries an export to the browser's download
     # The tree also lives in this browser's localStorage, so a reload picks up where it left off:
@@ -327,6 +395,14 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     history_sync = gr.Textbox(visible="hidden", elem_id="history-sync")
     with gr.Row():
         with gr.Column(scale=3):
+            chat_mode = gr.Radio(list(CHAT_MODES), value="plain text", label="Write", elem_id="chat-mode")
+            with gr.Group(visible=False) as chat_panel:
+                system_prompt = gr.Textbox(label="System prompt", lines=1, elem_id="system-prompt")
+                conversation_view = gr.Chatbot(label="The conversation so far", elem_id="conversation", height=220)
+                with gr.Row(equal_height=True):
+                    user_message = gr.Textbox(label="The user's message", elem_id="user-message", scale=4)
+                    send_user_button = gr.Button("Send as the user", elem_id="send-user", size="sm", scale=1, min_width=120)
+                    send_reply_button = gr.Button("Send the reply", elem_id="send-reply", size="sm", scale=1, min_width=120)
             text = gr.Textbox(label="Your text", lines=8, max_lines=30, elem_id="text", value=DEFAULT_TEXT)
             with gr.Row(equal_height=True):
                 branch_buttons = [
@@ -370,6 +446,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         with gr.Column(scale=2):
             gr.Markdown("**Next token**")
             plot = gr.HTML(elem_id="plot", js_on_load=CLICK_TOKEN_JS)
+            model_choice = gr.Dropdown(cli.available_models(), value=cli.default_model_name(), label="Model",
+                                       elem_id="model")
             with gr.Accordion("Sampling", open=True):
                 preset = gr.Radio(PRESET_NAMES, value="greedy", label="Preset", elem_id="preset")
                 temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature", elem_id="temperature")
@@ -393,16 +471,19 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     ordered = SessionOrder().wrap
     private = dict(api_visibility="private", concurrency_id="interact")
     sampling_controls = [temperature, top_k, top_p, repetition_penalty, branch_mode]
+    context_inputs = [chat_mode, system_prompt, conversation, model_choice]  # the context: mode, turns, model
+    at_node_outputs = [text, conversation, conversation_view, history]
     suggest_io = dict(
         fn=ordered(suggest),
-        inputs=[text, history, n_branches, depth, *sampling_controls, seed, heatmap_on, heatmap_mode, threshold],
+        inputs=[text, history, n_branches, depth, *sampling_controls, seed, heatmap_on, heatmap_mode, threshold,
+                *context_inputs],
         outputs=[shown, *branch_buttons, plot, status, history, tree, history_sync, heatmap, heatmap_shown],
         **private,
     )
     # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
     text_edited.click(trigger_mode="always_last", **suggest_io)
     gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit], **suggest_io)
-    demo.load(ordered(restore), [history_sync, history], [text, history], js=READ_STORED_JS, **private).then(
+    demo.load(ordered(restore), [history_sync, history], at_node_outputs, js=READ_STORED_JS, **private).then(
         **suggest_io
     )
     history_sync.change(None, history_sync, None, js=SAVE_HISTORY_JS)
@@ -415,26 +496,34 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     for i, button in enumerate(branch_buttons):
         button.click(
             ordered(take_branch_and_suggest),
-            [gr.State(i), text, shown, history, *suggest_io["inputs"][2:]], [text, *suggest_io["outputs"]], **private,
+            [gr.State(i), text, shown, history, *suggest_io["inputs"][2:]],
+            [text, conversation, conversation_view, *suggest_io["outputs"]], **private,
         )
     gr.on(
         [heatmap_on.input, heatmap_mode.input, threshold.release], ordered(show_heatmap),
-        [text, heatmap_on, heatmap_mode, threshold, heatmap_shown], [heatmap, heatmap_shown], **private,
+        [text, heatmap_on, heatmap_mode, threshold, heatmap_shown, *context_inputs], [heatmap, heatmap_shown], **private,
     )
     heatmap.select(ordered(rewind), [text, heatmap_shown, history], [text, history], **private).success(**suggest_io)
     plot.click(ordered(force_token), [text, shown, history], [text, history], **private).success(**suggest_io)
     gr.on([append_button.click, extra.submit], ordered(append_text), [text, extra, shown, history],
           [text, history, extra], **private).success(**suggest_io)
-    undo_button.click(ordered(lambda h: move(h, "undo")), history, [text, history], **private).success(**suggest_io)
-    redo_button.click(ordered(lambda h: move(h, "redo")), history, [text, history], **private).success(**suggest_io)
-    tree.select(ordered(select_node), history, [text, history], **private).success(**suggest_io)
+    undo_button.click(ordered(lambda h: move(h, "undo")), history, at_node_outputs, **private).success(**suggest_io)
+    redo_button.click(ordered(lambda h: move(h, "redo")), history, at_node_outputs, **private).success(**suggest_io)
+    tree.select(ordered(select_node), history, at_node_outputs, **private).success(**suggest_io)
     clear_button.click(ordered(clear), history, [text, history], **private).then(**suggest_io)
     export_button.click(ordered(lambda h: h.to_json()), history, history_json, **private).then(
         None, history_json, None, js=DOWNLOAD_JS
     )
-    importer.upload(ordered(import_history), history, [text, history], **private).success(**suggest_io)
+    importer.upload(ordered(import_history), history, at_node_outputs, **private).success(**suggest_io)
+    chat_mode.input(switch_mode, chat_mode, [chat_panel, text], **private).then(**suggest_io)
+    gr.on([send_user_button.click, user_message.submit], ordered(send_user_message),
+          [text, user_message, conversation, history], [text, user_message, conversation, conversation_view, history],
+          **private).success(**suggest_io)
+    send_reply_button.click(ordered(send_reply), [text, conversation, history],
+                            [text, conversation, conversation_view, history], **private).success(**suggest_io)
+    gr.on([system_prompt.blur, model_choice.input], **suggest_io)
     continue_button.click(
-        ordered(continue_text), [text, n_tokens, lossless, history],
+        ordered(continue_text), [text, n_tokens, lossless, history, *context_inputs],
         [text, continuation, continuation_status, history], **{**private, "concurrency_id": "generate"},
     ).success(**suggest_io)
 

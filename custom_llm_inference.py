@@ -31,7 +31,7 @@ from lookahead.branches import Lookahead, get_lookahead_sequences
 from lookahead.chat import chat_prompt, check_messages, check_template, context_ids
 from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.healing import allowed_first_tokens, split_for_healing, token_texts
-from lookahead.models import default_model_name, load_model, on_zero_gpu
+from lookahead.models import available_models, default_model_name, load_model, on_zero_gpu
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.sampling import BRANCH_MODES, PLAIN, PRESETS, Sampling, ranked
 from lookahead.scoring import MAX_ALTERNATIVES, Scores, extend_and_score, token_spans, unscored
@@ -44,6 +44,7 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "MAX_TOP_K",
     "PRESETS",
+    "available_models",
     "default_model_name",
     "generate",
     "generate_stream",
@@ -78,8 +79,9 @@ prefix_caches = PrefixCacheStore()
 speculator = Speculator(prefix_caches)
 
 if on_zero_gpu():
-    # ZeroGPU wants the model loaded (and moved to CUDA) at import time, outside GPU functions.
-    load_model()
+    # ZeroGPU wants the models loaded (and moved to CUDA) at import time, outside GPU functions.
+    for _name in available_models():
+        load_model(_name)
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:

@@ -1,7 +1,8 @@
 """The writer's history as a tree, as in loom-style tree writers: nothing chosen is ever lost.
 
 Every appended branch, forced token, appended text, continuation and typing pause is a
-node holding the whole text at that point. Undo moves to the parent, redo to the child
+node holding the whole text at that point. In chat mode the text is the reply being written,
+and a "turn" node records the conversation when a turn is sent (its settings' "messages"). Undo moves to the parent, redo to the child
 last visited; choosing something else after an undo adds a sibling. The tree is plain
 data, kept in the visitor's session, and exports to JSON and back losslessly.
 
@@ -24,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 FORMAT = "interactive-lookahead-history"
 VERSION = 2
 READS = (1, 2)
-KINDS = ("start", "type", "branch", "token", "append", "continue", "clear", "rewind")
+KINDS = ("start", "type", "branch", "token", "append", "continue", "clear", "rewind", "turn")
 PAUSE_SECONDS = 2.0  # typing within this long of the last keystroke edits the same node
 
 
@@ -136,6 +137,11 @@ class History:
             if self.nodes[parent].last_child != child:
                 self.nodes[parent].last_child = child
                 self._touch(parent)
+
+    def conversation(self) -> list[dict]:
+        """Chat mode's turns at the current node: those recorded by the nearest "turn" node on its path."""
+        turns = [self.nodes[i] for i in self.path() if self.nodes[i].kind == "turn"]
+        return list(turns[-1].settings.get("messages", [])) if turns else []
 
     def path(self) -> list[int]:
         """Node ids from the root to the current node."""

@@ -32,6 +32,9 @@ EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # On a Hugging Face Space there is a network and a GPU, so the default is a stronger
 # ungated base model that shares the embedded model's tokenizer family.
 SPACE_MODEL = "HuggingFaceTB/SmolLM2-1.7B"
+# What a Space offers writers: that base model for prose, and its instruct sibling for chat
+# (2 x 6.8 GB in fp32, both on the GPU at once; README's preload_from_hub fetches them at build).
+SPACE_MODELS = (SPACE_MODEL, "HuggingFaceTB/SmolLM2-1.7B-Instruct")
 
 _loaded: dict[str, tuple[PreTrainedModel, PreTrainedTokenizerBase]] = {}
 _load_lock = threading.Lock()
@@ -44,6 +47,14 @@ def default_model_name() -> str:
     if os.environ.get("SPACE_ID"):
         return SPACE_MODEL
     return EMBEDDED_MODEL
+
+
+def available_models() -> list[str]:
+    """The models the app offers: the default, the Space's pair on a Space (else the embedded model),
+    and those named in `LOOKAHEAD_MODELS` (comma-separated Hub ids or local folders)."""
+    offered = [default_model_name(), *(SPACE_MODELS if os.environ.get("SPACE_ID") else (EMBEDDED_MODEL,))]
+    offered += [name.strip() for name in os.environ.get("LOOKAHEAD_MODELS", "").split(",") if name.strip()]
+    return list(dict.fromkeys(offered))
 
 
 def on_zero_gpu() -> bool:

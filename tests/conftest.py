@@ -60,8 +60,9 @@ def model_name(request, tiny_model_dirs) -> str:
 
 
 @pytest.fixture(scope="session")
-def app_url(embedded) -> str:
-    """The app, served on loopback for the API and browser tests."""
+def app_url(embedded, tiny_model_dirs) -> str:
+    """The app, served on loopback for the API and browser tests; it offers a tiny Llama besides the embedded model."""
+    os.environ["LOOKAHEAD_MODELS"] = tiny_model_dirs["llama"]
     from app import demo, launch
 
     _, url, _ = launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)

@@ -18,10 +18,10 @@ def test_endpoints_are_named_and_listed(client):
     assert {"/lookahead", "/next_token_distribution", "/generate"} <= set(endpoints)
     sampling = ["temperature", "top_k", "top_p", "repetition_penalty"]
     assert [p["parameter_name"] for p in endpoints["/lookahead"]["parameters"]] == [
-        "text", "n_branches", "depth", *sampling, "branch_mode", "seed", "messages"
+        "text", "n_branches", "depth", *sampling, "branch_mode", "seed", "messages", "model_name"
     ]
     assert [p["parameter_name"] for p in endpoints["/next_token_distribution"]["parameters"]] == [
-        "text", "k", *sampling, "messages"
+        "text", "k", *sampling, "messages", "model_name"
     ]
 
 
@@ -111,7 +111,7 @@ def test_generate_endpoint_equals_the_engine_and_rejects_bad_methods(client):
 
 def test_token_probabilities_endpoint_equals_the_engine_and_refuses_bad_k(client):
     endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    assert [p["parameter_name"] for p in endpoints["/token_probabilities"]["parameters"]] == ["text", "k", "messages"]
+    assert [p["parameter_name"] for p in endpoints["/token_probabilities"]["parameters"]] == ["text", "k", "messages", "model_name"]
     text = "The capital of France is Paris."
     remote = client.predict(text, 3, api_name="/token_probabilities")
     local = cli.token_probabilities(text, 3, session="local heatmap")
@@ -137,3 +137,19 @@ def test_chat_mode_through_the_endpoints_equals_the_engine(client):
     assert reply["token_ids"] == cli.generate("", 16, "greedy", messages=conversation)["token_ids"]
     with pytest.raises(Exception, match="role"):
         client.predict("x", 3, 2, messages=[{"role": "robot", "content": "hi"}], api_name="/lookahead")
+
+
+
+def test_every_endpoint_takes_an_offered_model_and_refuses_others(client, tiny_model_dirs):
+    tiny = tiny_model_dirs["llama"]
+    assert cli.available_models() == [cli.default_model_name(), tiny]
+    text = "The old lighthouse keeper"
+    remote = client.predict(text, 3, 2, model_name=tiny, api_name="/lookahead")
+    assert remote["model"] == tiny
+    local = cli.lookahead(text, 3, 2, session="local tiny", model_name=tiny)
+    assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
+    assert client.predict(text, 3, model_name=tiny, api_name="/token_probabilities")["model"] == tiny
+    assert client.predict(text, 4, "greedy", model_name=tiny, api_name="/generate")["model"] == tiny
+    for endpoint in ("/lookahead", "/next_token_distribution", "/token_probabilities", "/generate"):
+        with pytest.raises(Exception, match="model_name must be one of"):
+            client.predict(text, model_name="gpt2", api_name=endpoint)

@@ -7,7 +7,11 @@ import pytest
 
 from types import SimpleNamespace
 
-from app import apply_preset, force_token, import_history, matching_preset, move, restore, take_branch
+from app import (
+    apply_preset, force_token, import_history, matching_preset, move, restore, send_reply, send_user_message,
+    take_branch,
+)
+from ui.chat import awaiting_user, messages_for
 from history import History
 from ui.render import branch_label, distribution_plot, tree_view, visible
 
@@ -46,7 +50,7 @@ def shown(text: str, **extra) -> tuple[str, dict]:
         "branches": [{"text": " sat", "token_ids": [1, 2], "prob": 0.5}, {"text": " ran", "token_ids": [3], "prob": 0.2}],
         "distribution": [{"token_id": 7, "token": " dog", "prob": 0.1}, {"token_id": 8, "token": "\ufffd", "prob": 0.1}],
         "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0},
-        "branch_mode": "greedy", "seed": 0, "healed_whitespace": "",
+        "branch_mode": "greedy", "seed": 0, "healed_whitespace": "", "model": "m",
     }
     return text, {**result, **extra}
 
@@ -55,6 +59,7 @@ def test_a_branch_is_appended_only_to_the_text_it_was_computed_for():
     h = History.start("The cat", "m")
     text, h = take_branch(1, "The cat", shown("The cat"), h)
     assert text == "The cat ran" and h.nodes[-1].token_ids == [3] and h.nodes[-1].settings["branch_mode"] == "greedy"
+    assert h.nodes[-1].settings["model"] == "m", "each node records the model"
     for args in [(0, "The cat was", shown("The cat")), (5, "The cat", shown("The cat")), (0, "The cat", None)]:
         with pytest.raises(gr.Error):
             take_branch(*args, h)
@@ -113,7 +118,7 @@ def test_import_errors_are_shown_not_raised_as_tracebacks():
     with pytest.raises(gr.Error, match="Could not import"):
         import_history(History.start("a", "m"), SimpleNamespace(json="{}"))
     exported = History.start("kept", "m").to_json()
-    text, imported = import_history(History.start("a", "m"), SimpleNamespace(json=exported))
+    text, _, _, imported = import_history(History.start("a", "m"), SimpleNamespace(json=exported))
     assert text == "kept" and imported.to_json() == exported
 
 
@@ -132,7 +137,25 @@ def test_a_stored_tree_is_restored_and_an_unreadable_one_ignored():
     saved = History.start("from last visit", "m")
     saved.add("from last visit, more", "append")
     fresh = History.start("default", "m")
-    text, restored = restore(saved.to_json(), fresh)
+    text, conversation, _, restored = restore(saved.to_json(), fresh)
     assert text == "from last visit, more" and restored == saved
-    assert restore('{"format": "something else"}', fresh) == (gr.update(), fresh), "the box is left as it is"
-    assert restore(None, fresh) == (gr.update(), fresh)
+    unchanged = (gr.update(), gr.update(), gr.update(), fresh)
+    assert restore('{"format": "something else"}', fresh) == unchanged, "the box is left as it is"
+    assert restore(None, fresh) == unchanged
+
+
+
+def test_chat_turns_are_recorded_in_the_history_and_come_back_with_its_nodes():
+    h = History.start("", "m")
+    text, _, conversation, _, h = send_user_message("", "What is 2+2?", [], h)
+    assert text == "" and conversation == [{"role": "user", "content": "What is 2+2?"}]
+    h.add("2+2 equals 4.", "branch")
+    text, conversation, _, h = send_reply("2+2 equals 4.", conversation, h)
+    assert conversation[-1] == {"role": "assistant", "content": "2+2 equals 4."} and text == ""
+    with pytest.raises(gr.Error, match="Send a user message first"):
+        send_reply("more", conversation, h)
+    text, conversation, view, h = move(h, "undo")
+    assert text == "2+2 equals 4." and conversation == view == [{"role": "user", "content": "What is 2+2?"}]
+    assert messages_for("chat", "Be brief.", conversation)[0] == {"role": "system", "content": "Be brief."}
+    assert messages_for("plain text", "Be brief.", conversation) is None
+    assert awaiting_user("chat", "", []) and not awaiting_user("chat", "", conversation)

@@ -42,9 +42,9 @@ def type_text(page, text: str) -> None:
     box.press_sequentially(text[-1])
 
 
-def expect_suggestions_for(page, text: str) -> dict:
-    """Wait until the page shows the engine's suggestions for `text`; return them."""
-    expected = cli.lookahead(text, 5, 3, session="browser-expectation")
+def expect_suggestions_for(page, text: str, messages: list[dict] | None = None, model_name: str | None = None) -> dict:
+    """Wait until the page shows the engine's suggestions for `text` (in chat mode, after `messages`); return them."""
+    expected = cli.lookahead(text, 5, 3, session="browser-expectation", messages=messages, model_name=model_name)
     expect(page.locator("#text textarea")).to_have_value(text)
     for i, branch in enumerate(expected["branches"]):
         expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch), timeout=30_000)
@@ -286,3 +286,40 @@ def test_the_heatmap_colours_the_text_shows_alternatives_and_rewinds_to_one(page
     expect(page.locator("#heatmap")).to_contain_text("top 100")
     page.locator("#heatmap-on input").uncheck()
     expect(page.locator("#heatmap .tk")).to_have_count(0)
+
+
+
+def test_chat_mode_writes_the_reply_after_the_conversation(page):
+    page.locator("#chat-mode label").filter(has_text="chat").click()
+    expect(page.locator("#system-prompt")).to_be_visible()
+    page.locator("#text textarea").fill("")
+    expect(page.locator("#status")).to_contain_text("Write the user's message")
+    question = [{"role": "user", "content": "What is 2+2?"}]
+    page.locator("#user-message textarea").fill(question[0]["content"])
+    page.locator("#send-user").click()
+    shown = expect_suggestions_for(page, "", question)
+    page.locator("#branch-0").click()
+    reply = shown["branches"][0]["text"]
+    shown = expect_suggestions_for(page, reply, question)
+    page.locator("#send-reply").click()
+    expect(page.locator("#status")).to_contain_text("Write the user's message")
+    expect(page.locator("#conversation")).to_contain_text("What is 2+2?")
+    expect(page.locator("#conversation")).to_contain_text(reply.strip())
+    expect(page.locator("#text textarea")).to_have_value("")
+    page.locator("#chat-mode label").filter(has_text="plain text").click()
+    expect(page.locator("#system-prompt")).to_be_hidden()
+
+
+
+def test_switching_the_model_keeps_the_text_and_suggests_from_the_new_one(page, tiny_model_dirs):
+    text = "Switching models keeps this text"
+    type_text(page, text)
+    expect_suggestions_for(page, text)
+    tiny = tiny_model_dirs["llama"]
+    page.locator("#model input").click()
+    page.get_by_role("option", name=tiny).click()
+    expect_suggestions_for(page, text, model_name=tiny)
+    expect(page.locator("#status")).to_contain_text(tiny)
+    page.locator("#model input").click()
+    page.get_by_role("option", name=cli.default_model_name()).click()
+    expect_suggestions_for(page, text)
