@@ -6,6 +6,7 @@ local folder.
 """
 
 import os
+import tempfile
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -13,6 +14,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.pop("LOOKAHEAD_MODEL", None)
 os.environ.pop("SPACE_ID", None)
+# The app offers the tiny Llama too (its picker's choices are read when app.py is imported, which a
+# test module may do at collection): the model is written to this folder by `tiny_model_dirs`.
+TINY_LLAMA_DIR = tempfile.mkdtemp(prefix="tiny-llama-")
+os.environ["LOOKAHEAD_MODELS"] = TINY_LLAMA_DIR
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -46,7 +51,7 @@ def tiny_model_dirs(tmp_path_factory, embedded) -> dict[str, str]:
     for arch, config in tiny_configs(len(tokenizer)).items():
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config)
-        path = tmp_path_factory.mktemp(f"tiny-{arch}")
+        path = TINY_LLAMA_DIR if arch == "llama" else tmp_path_factory.mktemp(f"tiny-{arch}")
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)
         dirs[arch] = str(path)
@@ -62,7 +67,6 @@ def model_name(request, tiny_model_dirs) -> str:
 @pytest.fixture(scope="session")
 def app_url(embedded, tiny_model_dirs) -> str:
     """The app, served on loopback for the API and browser tests; it offers a tiny Llama besides the embedded model."""
-    os.environ["LOOKAHEAD_MODELS"] = tiny_model_dirs["llama"]
     from app import demo, launch
 
     _, url, _ = launch(server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)

@@ -202,13 +202,18 @@ def test_presets_forcing_undo_redo_fork_and_export_import(page, tmp_path):
     assert History.from_json(exported).to_json() == exported
 
 
-def test_a_reload_keeps_the_text_and_the_tree(page):
-    text = "Kept across a reload:"
+def write_and_take_the_first_branch(page, text: str) -> str:
+    """Type `text`, wait for its suggestions, take the first branch and wait for the next; the text now."""
     type_text(page, text)
     shown = expect_suggestions_for(page, text)
     page.locator("#branch-0").click()
-    kept = text + shown["branches"][0]["text"]
-    expect_suggestions_for(page, kept)
+    taken = text + shown["branches"][0]["text"]
+    expect_suggestions_for(page, taken)
+    return taken
+
+
+def test_a_reload_keeps_the_text_and_the_tree(page):
+    kept = write_and_take_the_first_branch(page, "Kept across a reload:")
     tree_before = page.locator("#tree").inner_html()
     page.reload()
     expect_suggestions_for(page, kept)
@@ -228,13 +233,9 @@ def wait_for_stored_text(page, text: str) -> History:
 
 def test_the_stored_tree_is_kept_from_changes_alone_and_two_tabs_never_mix_theirs(page):
     text = "A copy kept by changes:"
-    type_text(page, text)
-    shown = expect_suggestions_for(page, text)
-    page.locator("#branch-0").click()
-    taken = text + shown["branches"][0]["text"]
-    expect_suggestions_for(page, taken)
+    taken = write_and_take_the_first_branch(page, text)
     page.locator("#undo").click()
-    expect_suggestions_for(page, text)
+    shown = expect_suggestions_for(page, text)
     stored = wait_for_stored_text(page, text)
     assert taken in [n.text for n in stored.nodes], "the branch taken is in the browser's copy"
     message = json.loads(page.locator("#history-sync textarea").input_value())

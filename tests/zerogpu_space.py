@@ -28,6 +28,7 @@ os.environ.update(
     HF_HUB_DISABLE_TELEMETRY="1",
     HF_HUB_OFFLINE="1",
 )
+os.environ.pop("LOOKAHEAD_MODELS", None)  # the emulated Space offers just its default model
 CURRENT_HARDWARE = "NVIDIA RTX PRO 6000 Blackwell Server Edition"  # spaces' configs.json: duration_factor 1.5
 
 import torch  # noqa: E402
