@@ -15,11 +15,14 @@ import custom_llm_inference as cli
 
 ODD_VALUES = [None, True, "", "3", "x", [], {}, -1, 0, 1, 2, 2.5, 3, 1e-45, 1e-3, 0.5, 1.0, 1.7, 7, 1e9, 1e308,
               -1e-45, 2**63, math.nan, math.inf, -math.inf, "greedy", "sample", "lookahead"]
+ODD_MESSAGES = [None, [], [{"role": "user", "content": "hi"}], [{"role": "bot", "content": "hi"}], [{"role": "user"}],
+                [{"role": "user", "content": None}], "hi", [["user", "hi"]]]
 ODD_TEXTS = ["ok", "", " ", "ok\ud800", "\udfff", "tab\tand\x00nul", "🦜🦜", "a" * 3000, None, 7, ["ok"]]
 PARAMETERS = {
     "lookahead": ["n_branches", "depth", "temperature", "top_k", "top_p", "repetition_penalty", "branch_mode", "seed"],
     "next_token_distribution": ["k", "temperature", "top_k", "top_p", "repetition_penalty"],
     "generate": ["max_new_tokens", "method"],
+    "token_probabilities": ["k", "messages"],
 }
 SMALL = {"n_branches": [1, 2, 3], "depth": [1, 2, 3], "k": [1, 5], "max_new_tokens": [1, 2, 3]}  # keep valid calls cheap
 
@@ -30,6 +33,10 @@ def strict_json(value) -> None:
 
 def check_result(name: str, result) -> None:
     strict_json(result)
+    if name == "token_probabilities":
+        for token in result["tokens"]:
+            assert token["prob"] is None or 0 <= token["prob"] <= 1
+        return
     entries = result if name == "next_token_distribution" else result.get("distribution", [])
     for entry in entries:
         assert 0 <= entry["prob"] <= 1 and 0 <= entry["p_final"] <= 1
@@ -40,7 +47,8 @@ def random_call(rng: random.Random, name: str) -> tuple[str, dict]:
     kwargs = {}
     for parameter in PARAMETERS[name]:
         if rng.random() < 0.25:  # change a few arguments per call, so valid ones stay common
-            kwargs[parameter] = rng.choice(ODD_VALUES + SMALL.get(parameter, []) * 3)
+            kwargs[parameter] = rng.choice(ODD_MESSAGES if parameter == "messages" else
+                                           ODD_VALUES + SMALL.get(parameter, []) * 3)
     for parameter, values in SMALL.items():
         if parameter in PARAMETERS[name]:
             kwargs.setdefault(parameter, values[0])

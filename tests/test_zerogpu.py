@@ -97,9 +97,11 @@ BAD_REQUESTS = [
     ("/next_token_distribution", ("ok", 5), {"top_p": 0}),
     ("/generate", ("ok", 0), {}),
     ("/generate", ("ok", 8, "beam"), {}),
+    ("/token_probabilities", ("ok", 50), {}),
+    ("/lookahead", ("ok", 5, 3), {"messages": [{"role": "bot", "content": "hi"}]}),
 ]
 LOCAL = {"/lookahead": cli.lookahead, "/next_token_distribution": cli.next_token_distribution,
-         "/generate": cli.generate}
+         "/generate": cli.generate, "/token_probabilities": cli.token_probabilities}
 
 
 @pytest.mark.parametrize("endpoint, args, kwargs", BAD_REQUESTS)
@@ -196,3 +198,16 @@ def test_the_page_works_while_a_crowd_calls_the_api(space):
         background.join()
         browser.close()
     assert crowd_done.is_set()
+
+
+def test_the_heatmap_and_chat_mode_answer_as_on_the_cpu(space):
+    url, _ = space
+    client = Client(url, verbose=False)
+    text = "The capital of France is Paris."
+    remote = client.predict(text, 3, api_name="/token_probabilities")
+    local = cli.token_probabilities(text, 3, session="local zerogpu heatmap")
+    assert [(t["token_id"], t["rank"]) for t in remote["tokens"]] == [(t["token_id"], t["rank"]) for t in local["tokens"]]
+    conversation = [{"role": "user", "content": "What is 2+2?"}]
+    chat = client.predict("2+2 equals", 3, 2, messages=conversation, api_name="/lookahead")
+    expected = cli.lookahead("2+2 equals", 3, 2, session="local zerogpu chat", messages=conversation)
+    assert [b["token_ids"] for b in chat["branches"]] == [b["token_ids"] for b in expected["branches"]]
