@@ -17,6 +17,17 @@ def test_default_model_follows_the_environment(monkeypatch):
     assert models.default_model_name() == "/models/mine"
 
 
+def test_the_offered_models_follow_the_environment(monkeypatch):
+    for name in ("LOOKAHEAD_MODEL", "LOOKAHEAD_MODELS", "SPACE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    assert models.available_models() == [models.EMBEDDED_MODEL]
+    monkeypatch.setenv("LOOKAHEAD_MODELS", " /models/a, /models/b ,,")
+    assert models.available_models() == [models.EMBEDDED_MODEL, "/models/a", "/models/b"]
+    monkeypatch.setenv("SPACE_ID", "someone/some-space")
+    assert models.available_models() == [*models.SPACE_MODELS, "/models/a", "/models/b"], "prose and chat on a Space"
+    assert "Instruct" in models.SPACE_MODELS[1] and models.SPACE_MODELS[0] == models.SPACE_MODEL
+
+
 def test_float32_unless_configured(monkeypatch):
     monkeypatch.delenv("LOOKAHEAD_DTYPE", raising=False)
     assert models.dtype() == torch.float32
