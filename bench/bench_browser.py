@@ -61,14 +61,16 @@ TIMING_JS = """() => {
 }"""
 
 
-def session(url: str, tokens: int, clicks: int, branch: str, reading: float) -> dict:
+def session(url: str, tokens: int, clicks: int, branch: str, reading: float, heatmap: bool) -> dict:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.goto(url)
         status = page.locator("#status")
         status.filter(has_text="context tokens").wait_for(timeout=120_000)
-        page.locator("#text textarea").fill(PASSAGE * (tokens // TOKENS_PER_PASSAGE))
+        if heatmap:  # the text coloured by the model's probabilities, updated with every click
+            page.locator("#heatmap-on input").check()
+        page.locator("#text textarea").fill((PASSAGE * (tokens // TOKENS_PER_PASSAGE)).rstrip())
         page.wait_for_function(  # the long text's first suggestions (a cold prefill: minutes at 8k tokens)
             f"(m => m && Number(m[1]) > {tokens // 2})(document.querySelector('#status').innerText.match(/(\\d+) context/))",
             timeout=600_000,
@@ -111,6 +113,7 @@ def main() -> None:
     parser.add_argument("--branch", default="0", help="which branch each click takes: 0-9, or cycle")
     parser.add_argument("--reading", type=float, default=READING_SECONDS, help="seconds between clicks")
     parser.add_argument("--precompute", choices=["both", "on", "off"], default="both")
+    parser.add_argument("--heatmap", action="store_true", help="with the heatmap shown")
     args = parser.parse_args()
     print(f"{args.clicks} clicks on branch {args.branch}, {args.reading} s apart, {os.cpu_count()} CPU cores; "
           "times in ms\n")
@@ -121,7 +124,7 @@ def main() -> None:
         for precompute in {"both": (False, True), "on": (True,), "off": (False,)}[args.precompute]:
             server, url = serve(precompute)
             try:
-                r = session(url, tokens, args.clicks, args.branch, args.reading)
+                r = session(url, tokens, args.clicks, args.branch, args.reading, args.heatmap)
             finally:
                 os.killpg(server.pid, 9)
                 server.wait()

@@ -2,7 +2,8 @@
 as GLTR does), its alternatives on hover or focus, and where the model disagreed most.
 
 Plain data to HTML, like ui/render.py. Each token carries what its details line needs (probability,
-rank, entropy, alternatives) as data attributes; HEATMAP_JS shows them and turns a click on an
+rank, entropy, alternatives) as compact JSON in data attributes, its colour as a bucket class, so an
+update of 400 tokens stays near 100 kB; HEATMAP_JS shows the details and turns a click on an
 alternative into a select event (a rewind) with the token's index and the alternative's id.
 """
 
@@ -24,7 +25,7 @@ RANK_BUCKETS = [(1, "#86efac", "top 1"), (10, "#fde68a", "top 10"), (100, "#fdba
 UNSCORED_COLOR = "transparent"
 MODES = ("probability", "rank")
 
-TOKEN_STYLE = "border-radius:3px;cursor:pointer;padding:1px 0;color:#111"
+TOKEN_STYLE = "border-radius:3px;cursor:pointer;padding:1px 0;color:#111"  # every token's, in the <style> block
 TEXT_STYLE = "white-space:pre-wrap;font:14px/1.9 ui-monospace,monospace;max-height:360px;overflow:auto"
 DETAILS_STYLE = ("min-height:3.4em;font:13px ui-monospace,monospace;padding:6px 8px;margin-bottom:6px;"
                  "border:1px solid var(--border-color-primary);border-radius:6px")
@@ -40,9 +41,11 @@ const show = (token) => {
   token.setAttribute('data-selected', '');
   box.replaceChildren();
   const head = document.createElement('div');
-  head.textContent = token.dataset.summary;
+  const [text, prob, rank, label, entropy] = JSON.parse(token.dataset.s);
+  head.textContent = prob === undefined ? `${text}: nothing before it to predict it from`
+    : `${text}: ${prob}, rank ${rank} (${label}), entropy ${entropy} bits. The model's top choices:`;
   box.appendChild(head);
-  for (const [id, text, prob] of JSON.parse(token.dataset.alts || '[]')) {
+  for (const [id, text, prob] of JSON.parse(token.dataset.a || '[]')) {
     const button = document.createElement('button');
     button.className = 'alt';
     button.dataset.index = token.dataset.i;
@@ -61,13 +64,13 @@ element.addEventListener('click', (e) => {
 """
 
 
-def bucket(token: dict, mode: str) -> tuple[str, str]:
-    """(colour, label) of a token's bucket under `mode`."""
+def bucket(token: dict, mode: str) -> int | None:
+    """The index of a token's bucket under `mode` (None: nothing before it to score it by)."""
     if token["prob"] is None:
-        return UNSCORED_COLOR, "nothing before it"
+        return None
     if mode == "rank":
-        return next((c, label) for bound, c, label in RANK_BUCKETS if token["rank"] <= bound)
-    return next((c, label) for bound, c, label in PROBABILITY_BUCKETS if token["prob"] >= bound)
+        return next(i for i, (bound, _, _) in enumerate(RANK_BUCKETS) if token["rank"] <= bound)
+    return next(i for i, (bound, _, _) in enumerate(PROBABILITY_BUCKETS) if token["prob"] >= bound)
 
 
 def percent(p: float) -> str:
@@ -86,24 +89,29 @@ def heatmap_view(text: str, result: dict, mode: str, threshold: float) -> str:
     tokens = result["tokens"]
     first = max(0, len(tokens) - HEATMAP_TOKENS)
     spans = []
+    buckets = RANK_BUCKETS if mode == "rank" else PROBABILITY_BUCKETS
     for i in range(first, len(tokens)):
         token = tokens[i]
-        color, label = bucket(token, mode)
         piece = text[token["start"] : token["end"]]
         if not piece:
             continue  # a later piece of a character split over several tokens: the first shows it
+        index = bucket(token, mode)
+        details = [visible(token["token"])] if index is None else [
+            visible(token["token"]), percent(token["prob"]), token["rank"], buckets[index][2], f"{token['entropy']:.2f}"
+        ]
         spans.append(
-            f'<span class="tk" tabindex="0" data-i="{i}" style="{TOKEN_STYLE};background:{color}" '
-            f'data-summary="{html.escape(summary(token, label))}" data-alts="{html.escape(alternatives(token))}">'
+            f'<span class="tk b{"u" if index is None else index}" tabindex="0" data-i="{i}" '
+            f"data-s='{attribute_json(details)}' data-a='{attribute_json(alternatives(token))}'>"
             f"{html.escape(shown_text(piece))}</span>"
         )
     earlier = f'<span style="color:var(--body-text-color-subdued)">… {first} earlier tokens … </span>' if first else ""
-    buckets = RANK_BUCKETS if mode == "rank" else PROBABILITY_BUCKETS
     legend = " ".join(
         f'<span style="background:{c};color:#111;border-radius:3px;padding:0 6px">{label}</span>' for _, c, label in buckets
     )
+    colours = " ".join(f"#heatmap .b{i} {{ background: {c} }}" for i, (_, c, _) in enumerate(buckets))
     return (
-        f'<style>#heatmap .alt {{ {ALT_STYLE} }} #heatmap .tk[data-selected] {{ outline: 2px solid var(--color-accent) }}'
+        f"<style>#heatmap .tk {{ {TOKEN_STYLE} }} #heatmap .bu {{ background: {UNSCORED_COLOR} }} {colours}"
+        f" #heatmap .alt {{ {ALT_STYLE} }} #heatmap .tk[data-selected] {{ outline: 2px solid var(--color-accent) }}"
         f" #heatmap .tk:focus {{ outline: 2px solid var(--color-accent) }}</style>"
         f'<div style="font-size:12px;margin-bottom:6px">Colour by {mode}: {legend}</div>'
         f'<div id="token-details" style="{DETAILS_STYLE}">Hover over a token (or focus it) to see what the model '
@@ -113,16 +121,14 @@ def heatmap_view(text: str, result: dict, mode: str, threshold: float) -> str:
     )
 
 
-def summary(token: dict, label: str) -> str:
-    if token["prob"] is None:
-        return f"{visible(token['token'])!s}: nothing before it to predict it from"
-    return (f"{visible(token['token'])}: {percent(token['prob'])}, rank {token['rank']} ({label}), "
-            f"entropy {token['entropy']:.2f} bits. The model's top choices:")
+def alternatives(token: dict) -> list:
+    return [[a["token_id"], visible(a["token"]), percent(a["prob"])] for a in token["alternatives"] or []]
 
 
-def alternatives(token: dict) -> str:
-    alts = token["alternatives"] or []
-    return json.dumps([[a["token_id"], visible(a["token"]), percent(a["prob"])] for a in alts], ensure_ascii=False)
+def attribute_json(value: object) -> str:
+    """`value` as JSON for a single-quoted HTML attribute (its double quotes need no escaping there)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return html.escape(text, quote=False).replace("'", "&#x27;")
 
 
 def disagreements(tokens: list[dict], threshold: float) -> list[tuple[float, int]]:
