@@ -28,7 +28,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lookahead.branches import Lookahead, get_lookahead_sequences
-from lookahead.chat import chat_prompt, check_messages, check_template, context_ids
+from lookahead.chat import check_messages, check_template, context_ids, encode
 from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.healing import allowed_first_tokens, split_for_healing, token_texts
 from lookahead.models import available_models, default_model_name, load_model, on_zero_gpu
@@ -356,14 +356,9 @@ def _token_probabilities(
     text: str, k: int, session: str, model_name: str | None, messages: Messages | None, stored_only: bool = False
 ) -> dict | None:
     model, tokenizer = load_model(model_name)
-    if messages is None:
-        encoding = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
-        reply_start = 0
-    else:
-        prompt = chat_prompt(tokenizer, _as_dicts(messages), text)
-        encoding = tokenizer(prompt, add_special_tokens=False, return_offsets_mapping=True,
-                             return_special_tokens_mask=True)
-        reply_start = _reply_start(prompt, text)
+    encoding, text_start = encode(
+        tokenizer, text, _as_dicts(messages), return_offsets_mapping=True, return_special_tokens_mask=True
+    )
     all_ids = encoding["input_ids"]
     dropped = window_start(len(all_ids), _context_limit(model) - 1, _context_limit(model))
     ids = all_ids[dropped:]
@@ -383,14 +378,8 @@ def _token_probabilities(
         "reused_tokens": reused,
         "truncated_tokens": dropped,
         "tokens": _token_entries(rows, k, tokenizer, encoding["offset_mapping"], encoding["special_tokens_mask"],
-                                 reply_start, len(text)),
+                                 text_start, len(text)),
     }
-
-
-def _reply_start(prompt: str, reply: str) -> int:
-    """Where the reply begins in the rendered conversation (a template may trim the reply's ends)."""
-    trimmed = reply.strip()
-    return len(prompt) - len(reply) if prompt.endswith(reply) else prompt.rindex(trimmed) if trimmed else len(prompt)
 
 
 def _token_entries(

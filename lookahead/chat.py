@@ -49,8 +49,21 @@ def chat_prompt(tokenizer: PreTrainedTokenizerBase, messages: list[dict], reply:
     )
 
 
+def encode(tokenizer: PreTrainedTokenizerBase, text: str, messages: list[dict] | None, **options) -> tuple[dict, int]:
+    """The tokenizer's encoding of what the model sees (the text's own, or the conversation ending in
+    `text`), and where `text` begins in the string encoded. `options` go to the tokenizer (offsets, masks)."""
+    if messages is None:
+        return tokenizer(text, **options), 0
+    prompt = chat_prompt(tokenizer, messages, text)
+    return tokenizer(prompt, add_special_tokens=False, **options), _reply_start(prompt, text)
+
+
 def context_ids(tokenizer: PreTrainedTokenizerBase, text: str, messages: list[dict] | None) -> list[int]:
     """The token ids the model sees: the text's own (plain), or the conversation ending in `text` (chat)."""
-    if messages is None:
-        return tokenizer(text)["input_ids"]
-    return tokenizer(chat_prompt(tokenizer, messages, text), add_special_tokens=False)["input_ids"]
+    return encode(tokenizer, text, messages)[0]["input_ids"]
+
+
+def _reply_start(prompt: str, reply: str) -> int:
+    """Where the reply begins in the rendered conversation (a template may trim the reply's ends)."""
+    trimmed = reply.strip()
+    return len(prompt) - len(reply) if prompt.endswith(reply) else prompt.rindex(trimmed) if trimmed else len(prompt)

@@ -172,7 +172,8 @@ def _reuse(entry: Entry, token_ids: Sequence[int], scored: bool) -> Taken:
     reused = min(shared, len(token_ids) - 1)
     scores = None
     if scored or entry.scores is not None:
-        scores = (entry.scores or _no_rows(token_ids)).head(min(shared, len(entry.scores or ())))
+        kept = 0 if entry.scores is None else min(shared, len(entry.scores))
+        scores = (_no_rows(token_ids) if entry.scores is None else entry.scores).head(kept)
         # run from the first token without a row, or from the one before it if nothing scores it
         reused = min(reused, len(scores) if scores.frontier is not None else max(len(scores) - 1, 0))
     if reused < len(entry.ids):
