@@ -5,6 +5,7 @@ UI only: every number shown comes from custom_llm_inference. Run with `python ap
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
@@ -33,9 +34,8 @@ HEATMAP_ALTERNATIVES = 5  # per token, in the heatmap's details
 # Every visitor is answered: room for this many waiting events (on a ZeroGPU Space gradio
 # would otherwise let one event wait and turn the rest away with "Queue is full").
 QUEUE_SIZE = 512
-# Events of each group running at once. On ZeroGPU each runs in its own GPU worker, scheduled
-# by ZeroGPU; on one CPU more would only share its cores. LOOKAHEAD_CONCURRENCY overrides.
-CONCURRENCY = int(os.environ.get("LOOKAHEAD_CONCURRENCY") or (8 if cli.on_zero_gpu() else 1))
+# What a visitor is told, as an error message, instead of a traceback: bad input, or a server that can't answer.
+USER_ERRORS = (ValueError, cli.BackendError)
 # While the writer reads, compute what each shown branch gives if taken (LOOKAHEAD_PRECOMPUTE=0: off).
 PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 
@@ -88,7 +88,7 @@ def suggest(
             text, int(n_branches), int(depth), temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
             session=session_key(request), model_name=model_name, messages=messages, precompute=PRECOMPUTE,
         )
-    except ValueError as error:
+    except USER_ERRORS as error:
         raise gr.Error(str(error)) from None
     ms = 1000 * (time.perf_counter() - start)
     buttons = [gr.update(value=branch_label(b), visible=True) for b in result["branches"]]
@@ -120,7 +120,7 @@ def show_heatmap(
             result = cli.token_probabilities(
                 text, HEATMAP_ALTERNATIVES, session=session_key(request), model_name=model_name, messages=messages
             )
-        except ValueError as error:
+        except USER_ERRORS as error:
             raise gr.Error(str(error)) from None
         shown = (text, result)
     return heatmap_view(text, shown[1], colour_by, threshold), shown
@@ -188,7 +188,7 @@ def send_user_message(text: str, message: str, conversation: list[dict], history
     """The user's turn: a reply begun in the box goes first; the box then holds the next reply, empty."""
     try:
         conversation = with_user_message(text, message, conversation)
-    except ValueError as error:
+    except USER_ERRORS as error:
         raise gr.Error(str(error)) from None
     history.add("", "turn", [], {"messages": conversation})
     return "", "", conversation, conversation, history
@@ -198,7 +198,7 @@ def send_reply(text: str, conversation: list[dict], history: History):
     """The reply in the box becomes the assistant's turn; the next turn is the user's."""
     try:
         conversation = with_reply(text, conversation)
-    except ValueError as error:
+    except USER_ERRORS as error:
         raise gr.Error(str(error)) from None
     history.add("", "turn", [], {"messages": conversation})
     return "", conversation, conversation, history
@@ -238,7 +238,7 @@ def move(history: History, step: str):
 def select_node(history: History, event: gr.EventData):
     try:
         history.select(int(event.node))
-    except ValueError as error:
+    except USER_ERRORS as error:
         raise gr.Error(str(error)) from None
     return at_node(history)
 
@@ -258,7 +258,7 @@ def import_history(history: History, event: gr.EventData):
     """Replace the session's tree with an exported one; its current node's text becomes the text."""
     try:
         imported = History.from_json(event.json)
-    except ValueError as error:
+    except USER_ERRORS as error:
         raise gr.Error(f"Could not import that file: {error}") from None
     if imported.model != history.model:
         gr.Warning(f"This history was written with {imported.model}; suggestions now come from {history.model}.")
@@ -294,7 +294,7 @@ def continue_text(
     try:
         for result in cli.generate_stream(text, int(n_tokens), method, messages=messages, model_name=model_name):
             yield text + result["text"], gr.update(), f"{len(result['token_ids'])} tokens…", history
-    except ValueError as error:
+    except USER_ERRORS as error:
         raise gr.Error(str(error)) from None
     history.add(text + result["text"], "continue", result["token_ids"], {"method": result["method"]})
     pieces = [(piece, SOURCE_LABELS[source]) for piece, source in
@@ -334,7 +334,7 @@ def api_lookahead(
             text, n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
             session=session_key(request), messages=messages, model_name=offered(model_name),
         )
-    except ValueError as error:
+    except USER_ERRORS as error:
         raise gr.Error(str(error)) from None
 
 
@@ -347,7 +347,7 @@ def api_token_probabilities(
         return cli.token_probabilities(
             text, k, session=session_key(request), messages=messages, model_name=offered(model_name)
         )
-    except ValueError as error:
+    except USER_ERRORS as error:
         raise gr.Error(str(error)) from None
 
 
@@ -361,7 +361,7 @@ def api_generate(
     """
     try:
         yield from cli.generate_stream(text, max_new_tokens, method, messages=messages, model_name=offered(model_name))
-    except ValueError as error:
+    except USER_ERRORS as error:
         raise gr.Error(str(error)) from None
 
 
@@ -376,7 +376,7 @@ def api_next_token_distribution(
             text, k, temperature, top_k, top_p, repetition_penalty, session=session_key(request), messages=messages,
             model_name=offered(model_name),
         )
-    except ValueError as error:
+    except USER_ERRORS as error:
         raise gr.Error(str(error)) from None
 
 
@@ -533,11 +533,31 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     gr.api(api_token_probabilities, api_name="token_probabilities", concurrency_id="interact")
 
 
+def concurrency() -> int:
+    """Events of each group running at once (LOOKAHEAD_CONCURRENCY overrides).
+
+    On ZeroGPU each runs in its own GPU worker, scheduled by ZeroGPU; a vLLM server batches what
+    arrives together, so many; on one CPU more would only share its cores.
+    """
+    default = 8 if cli.on_zero_gpu() else 64 if cli.backend().batches else 1
+    return int(os.environ.get("LOOKAHEAD_CONCURRENCY") or default)
+
+
 def launch(**kwargs):
     """Start the app with its keyboard shortcuts and styles (Gradio 6 takes them at launch)."""
-    queued = demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=CONCURRENCY)
+    queued = demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=concurrency())
     return queued.launch(head=KEYBOARD_JS, css=CSS, **kwargs)
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="Serve the Interactive Lookahead Text Generator.")
+    parser.add_argument("--backend", choices=cli.BACKENDS, default=os.environ.get("LOOKAHEAD_BACKEND", "in-process"),
+                        help="where the model runs (LOOKAHEAD_BACKEND): in this process, or on a vLLM server")
+    parser.add_argument("--server-url", default=os.environ.get("LOOKAHEAD_SERVER_URL"),
+                        help="the vLLM server's OpenAI-compatible URL, e.g. http://localhost:8000/v1 (LOOKAHEAD_SERVER_URL)")
+    arguments = parser.parse_args()
+    try:
+        cli.use_backend(arguments.backend, arguments.server_url)
+    except ValueError as error:
+        parser.error(str(error))
     launch()

@@ -5,7 +5,10 @@ serve the Gradio UI, `gradio_client` callers and ZeroGPU workers. Each public fu
 checks its arguments first, in the calling process, and only then enters `_on_gpu`, the
 one `@spaces.GPU` function: on ZeroGPU an exception raised inside a GPU worker reaches
 the visitor as its class name alone, and a refused request should cost no GPU time.
-The tensor-level pieces live in the `lookahead` package:
+The model runs in this process by default (`InProcess`), or on a vLLM server (`use_backend("vllm",
+url)`, or LOOKAHEAD_BACKEND=vllm and LOOKAHEAD_SERVER_URL): lookahead/backend.py says how the two
+share one interface, lookahead/vllm_backend.py is the server's adapter, lookahead/results.py builds
+the dicts both return. The in-process engine's tensor-level pieces live in the `lookahead` package:
   lookahead/models.py        which model, loaded how (embedded offline default)
   lookahead/branches.py      top-k branches over one shared KV cache (tree attention)
   lookahead/prefix_cache.py  per-session KV caches, so edits only recompute what changed
@@ -20,6 +23,7 @@ from __future__ import annotations
 import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisation
 
 import math
+import os
 import time
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
@@ -27,15 +31,20 @@ from typing import NamedTuple
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from lookahead.backend import Backend, BackendError
 from lookahead.branches import Lookahead, get_lookahead_sequences
-from lookahead.chat import check_messages, check_template, context_ids, encode
+from lookahead.chat import as_dicts, check_messages, check_template, context_ids, encode
 from lookahead.decoding import greedy_passes, lookahead_passes
-from lookahead.healing import allowed_first_tokens, split_for_healing, token_texts
-from lookahead.models import available_models, default_model_name, load_model, on_zero_gpu
+from lookahead.healing import allowed_first_tokens, split_for_healing
+from lookahead.models import available_models, default_model_name, load_model, load_tokenizer, on_zero_gpu
 from lookahead.prefix_cache import PrefixCacheStore
-from lookahead.sampling import BRANCH_MODES, PLAIN, PRESETS, Sampling, ranked
-from lookahead.scoring import MAX_ALTERNATIVES, Scores, extend_and_score, token_spans, unscored
+from lookahead.results import (
+    Continuation, branch_entries, context_info, distribution_entries, eos_ids, token_entries, window_start,
+)
+from lookahead.sampling import BRANCH_MODES, PLAIN, PRESETS, Sampling
+from lookahead.scoring import MAX_ALTERNATIVES, extend_and_score, unscored
 from lookahead.speculation import ScratchStore, Speculator
+from lookahead.vllm_backend import VLLMBackend
 
 __all__ = [
     "MAX_BRANCHES",
@@ -44,7 +53,9 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "MAX_TOP_K",
     "PRESETS",
+    "BackendError",
     "available_models",
+    "backend",
     "default_model_name",
     "generate",
     "generate_stream",
@@ -56,6 +67,7 @@ __all__ = [
     "on_zero_gpu",
     "token_probabilities",
     "prefix_caches",
+    "use_backend",
 ]
 
 MAX_BRANCHES = 20
@@ -73,7 +85,6 @@ GENERATE_GPU_SECONDS = 4.0  # a continuation: the prompt's pass and start-up ...
 GENERATE_GPU_SECONDS_PER_TOKEN = 0.015  # ... plus this per new token (MAX_NEW_TOKENS: 19.4 s)
 
 Messages = tuple[tuple[str, str], ...]  # chat mode's earlier turns, (role, content), hashable for precomputation
-WINDOW_STEP = 0.25  # past the context, the window's start moves by this share of it at a time
 
 prefix_caches = PrefixCacheStore()
 speculator = Speculator(prefix_caches)
@@ -126,7 +137,7 @@ def _check_messages(messages: object, model_name: str | None) -> Messages | None
     checked = check_messages(messages, _check_string)
     if checked is None:
         return None
-    check_template(load_model(model_name)[1], model_name or default_model_name())
+    check_template(load_tokenizer(model_name), model_name or default_model_name())
     return tuple((m["role"], m["content"]) for m in checked)
 
 
@@ -163,8 +174,54 @@ def _on_gpu(task: str, request: dict) -> Iterator[dict]:
         raise ValueError(f"unknown task {task!r}")
 
 
+class InProcess:
+    """The default backend: the model in this process (on ZeroGPU, in its GPU workers), sessions' caches kept here."""
+
+    batches = False  # calls share this process's cores: serving several at once only splits them
+
+    def serve(self, task: str, request: dict, precompute: bool = False) -> Iterator[dict]:
+        if task == "scores":
+            # Scores the session already holds (the branches' pass scored the new tokens) need no model
+            # work: answered here, without pre-empting the precomputation that pass started.
+            ready = _token_probabilities(**request, stored_only=True)
+            if ready is not None:
+                yield ready
+                return
+        result = None
+        for result in _serve(task, request):
+            yield result
+        if precompute and task == "lookahead" and not on_zero_gpu():
+            taken = [{**request, "text": request["text"] + branch["text"]} for branch in result["branches"]]
+            key = (request["model_name"] or default_model_name(), request["session"])
+            speculator.start(key, "lookahead", taken, lambda r, scratch: _lookahead(**r, store=scratch))
+
+
+BACKENDS = ("in-process", "vllm")
+
+
+def use_backend(name: str = "in-process", server_url: str | None = None) -> Backend:
+    """Answer every public function in-process (the default) or through a vLLM server at `server_url` (…/v1)."""
+    global _backend
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {name!r}")
+    if name == "vllm" and not server_url:
+        raise ValueError("the vllm backend needs the server's URL, e.g. http://localhost:8000/v1 (LOOKAHEAD_SERVER_URL)")
+    _backend = VLLMBackend(server_url) if name == "vllm" else InProcess()
+    return _backend
+
+
+def backend() -> Backend:
+    """The backend answering the public functions."""
+    return _backend
+
+
+_backend: Backend = InProcess()
+if os.environ.get("LOOKAHEAD_BACKEND"):
+    use_backend(os.environ["LOOKAHEAD_BACKEND"], os.environ.get("LOOKAHEAD_SERVER_URL"))
+
+
 def _serve(task: str, request: dict) -> Iterator[dict]:
-    """Every public call goes through here: it pre-empts precomputation, and may find its answer ready."""
+    """In-process, every call goes through here: it pre-empts precomputation, and may find its answer ready."""
     key = (request.get("model_name") or default_model_name(), request.get("session"))
     answer = speculator.arrived(key, task, request)
     try:
@@ -193,14 +250,7 @@ def _distribution(run: _Run, sampling: Sampling, k: int, ids: list[int] | None =
     if run.allowed is not None:
         logits = logits.masked_fill(~run.allowed, float("-inf"))
     final = sampling.final_scores(run.context, logits[None])[0]
-    ids = ranked(logits, final, k).tolist() if ids is None else ids
-    logprobs = torch.log_softmax(logits, dim=-1)[ids]
-    p_final = torch.softmax(final, dim=-1)[ids]
-    texts = run.tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False)
-    return [
-        {"token_id": i, "token": t, "prob": float(lp.exp()), "logprob": float(lp), "p_final": float(pf), "kept": bool(pf > 0)}
-        for i, t, lp, pf in zip(ids, texts, logprobs, p_final)
-    ]
+    return distribution_entries(torch.log_softmax(logits, -1), torch.log_softmax(final, -1), k, run.tokenizer, ids)
 
 
 class _Run(NamedTuple):
@@ -227,7 +277,7 @@ def _run(
     """Tokenize (healing trailing whitespace), reuse the session's cache from `store`, and compute the branches."""
     model, tokenizer = load_model(model_name)
     prefix, healed = split_for_healing(text, tokenizer)
-    ids = context_ids(tokenizer, prefix, _as_dicts(messages))
+    ids = context_ids(tokenizer, prefix, as_dicts(messages))
     dropped = window_start(len(ids), _context_limit(model) - depth, _context_limit(model))
     ids = ids[dropped:]
     key = (model_name or default_model_name(), session)
@@ -242,37 +292,8 @@ def _run(
     )
     continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
     store.put(key, ids, result.cache, continuations, result.scores)
-    info = {
-        "model": key[0],
-        "device": str(model.device),
-        "context_tokens": len(ids),
-        "reused_tokens": reused,
-        "truncated_tokens": dropped,
-        "healed_whitespace": healed,
-        "notice": (
-            f"The text is longer than the model's context: only its last {len(ids)} tokens were used "
-            f"({dropped} earlier tokens were left out)."
-            if dropped
-            else ""
-        ),
-    }
+    info = context_info(key[0], str(model.device), len(ids), reused, dropped, healed)
     return _Run(result, info, allowed, healed, tokenizer, context)
-
-
-def _as_dicts(messages: Messages | None) -> list[dict] | None:
-    return None if messages is None else [{"role": role, "content": content} for role, content in messages]
-
-
-def window_start(n_tokens: int, room: int, context: int) -> int:
-    """How many leading tokens a text of `n_tokens` leaves out so the rest fits in `room`.
-
-    Past the context the start moves in steps of WINDOW_STEP (a share of `context`), not token
-    by token: it then stays put while the writer adds up to a step's worth, so the session's
-    KV cache keeps being reused instead of every edit recomputing the whole window.
-    """
-    over = n_tokens - room
-    step = max(1, int(WINDOW_STEP * context))
-    return 0 if over <= 0 else -(-over // step) * step
 
 
 def _context_limit(model: PreTrainedModel) -> int:
@@ -314,7 +335,7 @@ def next_token_distribution(
         session=str(session),
         model_name=_check_model_name(model_name),
     )
-    return _last(_serve("distribution", request))["distribution"]
+    return _last(_backend.serve("distribution", request))["distribution"]
 
 
 def _next_tokens(
@@ -347,9 +368,7 @@ def token_probabilities(
         session=str(session),
         model_name=_check_model_name(model_name),
     )
-    # Scores the session already holds (the branches' pass scored the new tokens) need no model
-    # work: answered here, without pre-empting the precomputation that pass started.
-    return _token_probabilities(**request, stored_only=True) or _last(_serve("scores", request))
+    return _last(_backend.serve("scores", request))
 
 
 def _token_probabilities(
@@ -357,7 +376,7 @@ def _token_probabilities(
 ) -> dict | None:
     model, tokenizer = load_model(model_name)
     encoding, text_start = encode(
-        tokenizer, text, _as_dicts(messages), return_offsets_mapping=True, return_special_tokens_mask=True
+        tokenizer, text, as_dicts(messages), return_offsets_mapping=True, return_special_tokens_mask=True
     )
     all_ids = encoding["input_ids"]
     dropped = window_start(len(all_ids), _context_limit(model) - 1, _context_limit(model))
@@ -377,39 +396,9 @@ def _token_probabilities(
         "context_tokens": len(ids),
         "reused_tokens": reused,
         "truncated_tokens": dropped,
-        "tokens": _token_entries(rows, k, tokenizer, encoding["offset_mapping"], encoding["special_tokens_mask"],
+        "tokens": token_entries(rows, k, tokenizer, encoding["offset_mapping"], encoding["special_tokens_mask"],
                                  text_start, len(text)),
     }
-
-
-def _token_entries(
-    rows: Scores, k: int, tokenizer: PreTrainedTokenizerBase, offsets: list[tuple[int, int]], special: list[int],
-    text_start: int, text_length: int,
-) -> list[dict]:
-    """The entries of the tokens that are the text's (offsets into the tokenized string, whose text begins at `text_start`)."""
-    listed = [not s and end > text_start for (_, end), s in zip(offsets, special)]
-    spans = iter(token_spans([(a - text_start, b - text_start) for (a, b), ok in zip(offsets, listed) if ok], text_length))
-    vocabulary = token_texts(tokenizer)
-
-    def texts(token_id: int) -> str:
-        return vocabulary[token_id] if token_id < len(vocabulary) else ""  # a model may have more rows than tokens
-
-    columns = zip(rows.token_ids.tolist(), rows.logprob.tolist(), rows.rank.tolist(), rows.entropy.tolist(),
-                  rows.top_ids[:, :k].tolist(), rows.top_logprobs[:, :k].tolist(), listed)
-    entries = []
-    for token_id, logprob, rank, entropy, top_ids, top_logprobs, is_listed in columns:
-        if not is_listed:
-            continue
-        start, end = next(spans)
-        scored = not math.isnan(logprob)
-        entries.append({
-            "token_id": token_id, "token": texts(token_id), "start": start, "end": end,
-            "prob": math.exp(logprob) if scored else None, "logprob": logprob if scored else None,
-            "rank": rank if scored else None, "entropy": entropy if scored else None,
-            "alternatives": [{"token_id": i, "token": texts(i), "prob": math.exp(lp)}
-                             for i, lp in zip(top_ids, top_logprobs)] if scored else None,
-        })
-    return entries
 
 
 def lookahead(
@@ -455,12 +444,7 @@ def lookahead(
         session=str(session),
         model_name=_check_model_name(model_name),
     )
-    result = _last(_serve("lookahead", request))
-    if precompute and not on_zero_gpu():
-        taken = [{**request, "text": request["text"] + branch["text"]} for branch in result["branches"]]
-        key = (request["model_name"] or default_model_name(), request["session"])
-        speculator.start(key, "lookahead", taken, lambda r, scratch: _lookahead(**r, store=scratch))
-    return result
+    return _last(_backend.serve("lookahead", request, precompute))
 
 
 def _lookahead(
@@ -468,16 +452,10 @@ def _lookahead(
     model_name: str | None, messages: Messages | None, store: PrefixCacheStore | ScratchStore = prefix_caches,
 ) -> dict:
     run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed, store, messages)
-    eos = _eos_ids(load_model(model_name)[0])
-    sequences = [_through_first(seq, eos) for seq in run.result.sequences.tolist()]
-    ends = [seq[-1] in eos for seq in sequences]
-    texts = run.tokenizer.batch_decode([seq[:-1] if end else seq for seq, end in zip(sequences, ends)],
-                                       clean_up_tokenization_spaces=False)
+    sequences = run.result.sequences.tolist()
     firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])
-    branches = [
-        {"token_ids": seq, "text": t[len(run.healed) :], "prob": first["prob"], "p_final": first["p_final"], "ends": end}
-        for seq, t, first, end in zip(sequences, texts, firsts, ends)
-    ]
+    stops = eos_ids(load_model(model_name)[0].generation_config)
+    branches = branch_entries(sequences, stops, firsts, run.healed, run.tokenizer)
     return {
         **run.info,
         "sampling": sampling.as_dict(),
@@ -488,55 +466,21 @@ def _lookahead(
     }
 
 
-def _through_first(sequence: list[int], stops: set[int]) -> list[int]:
-    """`sequence` up to and including its first stop token (a branch ends where the model would stop)."""
-    return next((sequence[: i + 1] for i, token in enumerate(sequence) if token in stops), sequence)
-
-
-def _eos_ids(model: PreTrainedModel) -> set[int]:
-    eos = model.generation_config.eos_token_id
-    return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
-
-
 def _generation(
     text: str, max_new_tokens: int, method: str, model_name: str | None, messages: Messages | None,
     time_limit: float | None,
 ) -> Iterator[dict]:
     """The growing continuation after every pass; stops at EOS, `max_new_tokens` or `time_limit` seconds."""
     model, tokenizer = load_model(model_name)
-    ids = context_ids(tokenizer, text, _as_dicts(messages))
+    ids = context_ids(tokenizer, text, as_dicts(messages))
     dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
-    ids = ids[dropped:]
-    new_ids: list[int] = []
-    pieces: list[str] = []  # each token's share of the decoded text (multi-byte characters stay whole)
-    sources: list[str] = []
-    accepted: list[int] = []
+    continuation = Continuation(tokenizer, method, model_name or default_model_name(), dropped)
     start = time.perf_counter()
-    for step in GENERATION_METHODS[method](model, ids, max_new_tokens, _eos_ids(model)):
-        decoded = tokenizer.decode(new_ids, skip_special_tokens=True)
-        for token in step.tokens:
-            new_ids.append(token)
-            longer = tokenizer.decode(new_ids, skip_special_tokens=True)
-            pieces.append(longer[len(decoded) :] if longer.startswith(decoded) else longer)
-            decoded = longer
-        sources += step.sources
-        accepted.append(len(step.tokens))
+    for step in GENERATION_METHODS[method](model, ids[dropped:], max_new_tokens, eos_ids(model.generation_config)):
+        continuation.add(step.tokens, step.sources)
         seconds = time.perf_counter() - start
         out_of_time = time_limit is not None and seconds > time_limit
-        yield {
-            "text": decoded,
-            "token_ids": list(new_ids),
-            "token_texts": list(pieces),
-            "forward_passes": len(accepted),
-            "tokens_per_pass": len(new_ids) / len(accepted),
-            "seconds": seconds,
-            "accepted_per_pass": list(accepted),
-            "draft_source_per_token": list(sources),
-            "method": method,
-            "model": model_name or default_model_name(),
-            "truncated_tokens": dropped,
-            "stopped_for_time": out_of_time,
-        }
+        yield continuation.result(seconds, out_of_time)
         if out_of_time:
             return
 
@@ -563,7 +507,7 @@ def generate_stream(
     messages: list[dict] | None = None,
 ) -> Iterator[dict]:
     """`generate`'s result after every forward pass, growing, for streaming into the UI."""
-    yield from _serve("generate", _generation_request(text, max_new_tokens, method, model_name, messages))
+    yield from _backend.serve("generate", _generation_request(text, max_new_tokens, method, model_name, messages))
 
 
 def generate(

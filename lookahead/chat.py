@@ -35,6 +35,11 @@ def check_messages(messages: object, check_content: Callable[[str, str], str]) -
     return checked
 
 
+def as_dicts(messages: tuple[tuple[str, str], ...] | None) -> list[dict] | None:
+    """Checked messages, kept as hashable (role, content) pairs, back as the dicts templates take."""
+    return None if messages is None else [{"role": role, "content": content} for role, content in messages]
+
+
 def check_template(tokenizer: PreTrainedTokenizerBase, model_name: str) -> None:
     if not tokenizer.chat_template:
         raise ValueError(f"{model_name} has no chat template: use plain text (leave out messages), or a chat model")

@@ -20,6 +20,7 @@ from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
+    GenerationConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -37,6 +38,7 @@ SPACE_MODEL = "HuggingFaceTB/SmolLM2-1.7B"
 SPACE_MODELS = (SPACE_MODEL, "HuggingFaceTB/SmolLM2-1.7B-Instruct")
 
 _loaded: dict[str, tuple[PreTrainedModel, PreTrainedTokenizerBase]] = {}
+_tokenizers: dict[str, PreTrainedTokenizerBase] = {}
 _load_lock = threading.Lock()
 
 
@@ -140,17 +142,39 @@ def embedded_model_dir() -> Path:
     return target
 
 
+def model_source(name: str) -> str | Path:
+    """Where `name`'s files are: the converted embedded model's folder, else the Hub id or folder itself."""
+    return embedded_model_dir() if name == EMBEDDED_MODEL else name
+
+
+def load_tokenizer(name: str | None = None) -> PreTrainedTokenizerBase:
+    """The tokenizer of `name`, loaded once (a backend that runs the model elsewhere needs only this)."""
+    name = name or default_model_name()
+    with _load_lock:
+        if name not in _tokenizers:
+            _tokenizers[name] = AutoTokenizer.from_pretrained(model_source(name))
+    return _tokenizers[name]
+
+
+def load_generation_config(name: str | None = None) -> GenerationConfig:
+    """`name`'s generation config, as its model would carry it (its stop tokens)."""
+    source = model_source(name or default_model_name())
+    try:
+        return GenerationConfig.from_pretrained(source)
+    except OSError:  # no generation_config.json: transformers derives it from the model's config
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(source))
+
+
 def load_model(name: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) for `name` (Hub id or local folder), loaded once per name.
 
     In `dtype()` (fp32 unless configured), on CUDA where there is one.
     """
     name = name or default_model_name()
+    tokenizer = load_tokenizer(name)
     with _load_lock:
         if name not in _loaded:
-            source = embedded_model_dir() if name == EMBEDDED_MODEL else name
-            tokenizer = AutoTokenizer.from_pretrained(source)
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype()).to(device()).eval()
+            model = AutoModelForCausalLM.from_pretrained(model_source(name), dtype=dtype()).to(device()).eval()
             if device().type == "cpu":
                 use_skinny_linears(model)
             _loaded[name] = (model, tokenizer)

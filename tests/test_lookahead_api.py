@@ -8,6 +8,7 @@ import torch
 
 import custom_llm_inference as cli
 from lookahead.prefix_cache import common_prefix_length
+from lookahead.results import WINDOW_STEP
 from reference import reference_lookahead
 
 EDITS = [
@@ -108,7 +109,7 @@ def test_text_longer_than_the_context_keeps_its_end_and_the_window_moves_in_step
     name = tiny_model_dirs["gpt2"]
     model, tokenizer = cli.load_model(name)
     context, depth = model.config.max_position_embeddings, 3
-    step, room = int(cli.WINDOW_STEP * context), context - depth
+    step, room = int(WINDOW_STEP * context), context - depth
     words = 200
     while True:  # a text past the context whose window has room for a few more tokens
         text = " ".join(f"word{i}" for i in range(words))

@@ -1,0 +1,158 @@
+"""The result dicts every backend returns, built from what the model said.
+
+Both backends (the model in this process, a vLLM server) end in these functions, so a caller
+gets the same keys, in the same order, from either; only the numbers' source differs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from transformers import GenerationConfig, PreTrainedTokenizerBase
+
+from lookahead.healing import token_texts
+from lookahead.sampling import ranked
+from lookahead.scoring import Scores, token_spans
+
+WINDOW_STEP = 0.25  # past the context, the window's start moves by this share of it at a time
+
+
+def window_start(n_tokens: int, room: int, context: int) -> int:
+    """How many leading tokens a text of `n_tokens` leaves out so the rest fits in `room`.
+
+    Past the context the start moves in steps of WINDOW_STEP (a share of `context`), not token
+    by token: it then stays put while the writer adds up to a step's worth, so the session's
+    KV cache keeps being reused instead of every edit recomputing the whole window.
+    """
+    over = n_tokens - room
+    step = max(1, int(WINDOW_STEP * context))
+    return 0 if over <= 0 else -(-over // step) * step
+
+
+def context_info(model: str, device: str, n_tokens: int, reused: int, dropped: int, healed: str) -> dict:
+    """What a caller is told about the context the model saw."""
+    return {
+        "model": model,
+        "device": device,
+        "context_tokens": n_tokens,
+        "reused_tokens": reused,
+        "truncated_tokens": dropped,
+        "healed_whitespace": healed,
+        "notice": (
+            f"The text is longer than the model's context: only its last {n_tokens} tokens were used "
+            f"({dropped} earlier tokens were left out)."
+            if dropped
+            else ""
+        ),
+    }
+
+
+def distribution_entries(
+    logprobs: torch.Tensor, final_logprobs: torch.Tensor, k: int, tokenizer: PreTrainedTokenizerBase,
+    ids: list[int] | None = None,
+) -> list[dict]:
+    """Entries for the k next tokens ranked by p_final, then p_base (or for the given `ids`).
+
+    `logprobs` (vocab,) is log p_base, `final_logprobs` (vocab,) log p_final (-inf where cut).
+    """
+    ids = ranked(logprobs, final_logprobs, k).tolist() if ids is None else ids
+    chosen, p_final = logprobs[ids], final_logprobs[ids].exp()
+    texts = tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False)
+    return [
+        {"token_id": i, "token": t, "prob": float(lp.exp()), "logprob": float(lp), "p_final": float(pf), "kept": bool(pf > 0)}
+        for i, t, lp, pf in zip(ids, texts, chosen, p_final)
+    ]
+
+
+def eos_ids(generation_config: GenerationConfig) -> set[int]:
+    """The tokens after which the model stops (`generate`'s own stop tokens)."""
+    eos = generation_config.eos_token_id
+    return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
+
+
+def through_first(sequence: list[int], stops: set[int]) -> list[int]:
+    """`sequence` up to and including its first stop token (a branch ends where the model would stop)."""
+    return next((sequence[: i + 1] for i, token in enumerate(sequence) if token in stops), sequence)
+
+
+def branch_entries(
+    sequences: list[list[int]], stops: set[int], firsts: list[dict], healed: str, tokenizer: PreTrainedTokenizerBase
+) -> list[dict]:
+    """Each branch's dict: its tokens through the first stop, the text to append, and its first token's p."""
+    sequences = [through_first(seq, stops) for seq in sequences]
+    ends = [seq[-1] in stops for seq in sequences]
+    texts = tokenizer.batch_decode([seq[:-1] if end else seq for seq, end in zip(sequences, ends)],
+                                   clean_up_tokenization_spaces=False)
+    return [
+        {"token_ids": seq, "text": t[len(healed) :], "prob": first["prob"], "p_final": first["p_final"], "ends": end}
+        for seq, t, first, end in zip(sequences, texts, firsts, ends)
+    ]
+
+
+def token_entries(
+    rows: Scores, k: int, tokenizer: PreTrainedTokenizerBase, offsets: list[tuple[int, int]], special: list[int],
+    text_start: int, text_length: int,
+) -> list[dict]:
+    """The entries of the tokens that are the text's (offsets into the tokenized string, whose text begins at `text_start`)."""
+    listed = [not s and end > text_start for (_, end), s in zip(offsets, special)]
+    spans = iter(token_spans([(a - text_start, b - text_start) for (a, b), ok in zip(offsets, listed) if ok], text_length))
+    vocabulary = token_texts(tokenizer)
+
+    def texts(token_id: int) -> str:
+        return vocabulary[token_id] if 0 <= token_id < len(vocabulary) else ""  # a model may have more rows than tokens
+
+    columns = zip(rows.token_ids.tolist(), rows.logprob.tolist(), rows.rank.tolist(), rows.entropy.tolist(),
+                  rows.top_ids[:, :k].tolist(), rows.top_logprobs[:, :k].tolist(), listed)
+    entries = []
+    for token_id, logprob, rank, entropy, top_ids, top_logprobs, is_listed in columns:
+        if not is_listed:
+            continue
+        start, end = next(spans)
+        scored = not math.isnan(logprob)
+        entries.append({
+            "token_id": token_id, "token": texts(token_id), "start": start, "end": end,
+            "prob": math.exp(logprob) if scored else None, "logprob": logprob if scored else None,
+            "rank": rank if scored else None, "entropy": entropy if scored else None,
+            "alternatives": [{"token_id": i, "token": texts(i), "prob": math.exp(lp)}
+                             for i, lp in zip(top_ids, top_logprobs) if i >= 0] if scored else None,
+        })
+    return entries
+
+
+class Continuation:
+    """A growing greedy continuation, as `generate` reports it after every forward pass."""
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, method: str, model: str, dropped: int) -> None:
+        self.tokenizer, self.method, self.model, self.dropped = tokenizer, method, model, dropped
+        self.token_ids: list[int] = []
+        self.pieces: list[str] = []  # each token's share of the decoded text (multi-byte characters stay whole)
+        self.sources: list[str] = []
+        self.accepted: list[int] = []
+        self.text = ""
+
+    def add(self, tokens: list[int], sources: list[str]) -> None:
+        """One forward pass's accepted tokens, and where each came from ("step", "jacobi", "ngram")."""
+        for token in tokens:
+            self.token_ids.append(token)
+            longer = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
+            self.pieces.append(longer[len(self.text) :] if longer.startswith(self.text) else longer)
+            self.text = longer
+        self.sources += sources
+        self.accepted.append(len(tokens))
+
+    def result(self, seconds: float, stopped_for_time: bool) -> dict:
+        return {
+            "text": self.text,
+            "token_ids": list(self.token_ids),
+            "token_texts": list(self.pieces),
+            "forward_passes": len(self.accepted),
+            "tokens_per_pass": len(self.token_ids) / max(1, len(self.accepted)),
+            "seconds": seconds,
+            "accepted_per_pass": list(self.accepted),
+            "draft_source_per_token": list(self.sources),
+            "method": self.method,
+            "model": self.model,
+            "truncated_tokens": self.dropped,
+            "stopped_for_time": stopped_for_time,
+        }

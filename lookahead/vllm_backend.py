@@ -1,0 +1,414 @@
+"""A vLLM server as the engine: every public function answered through its OpenAI-compatible API.
+
+vLLM batches many writers' requests on GPUs (continuous batching), keeps their prefixes' KV cache
+(automatic prefix caching), and spreads a model over GPUs and nodes: what one process can't.
+This module is a thin adapter; the answers are built by `lookahead/results.py`, as in-process.
+
+Exact by construction:
+- Text is tokenized here, by the model's own tokenizer (and chat template), and sent as token ids;
+  ids come back as ids (`return_token_ids`, `return_tokens_as_token_ids`): nothing is re-tokenized.
+- Every sampling field is sent, since the server's defaults (from the model's generation_config)
+  would replace omitted ones.
+- The next-token distribution is the server's top-N log-probabilities, N = LOGPROBS (vLLM's default
+  `--max-logprobs`; the server's own cap if lower): "raw", before any penalty or temperature, so p_base
+  is the model's softmax. The k branches are one batched request of k prompts (text + first token,
+  `max_tokens=depth-1`, greedy), stopped here at the model's end-of-sequence token as in-process.
+  Per-token scores come from `prompt_logprobs`.
+
+What the server does not return is the rest of the vocabulary, and p_final needs it unless the
+kept tokens all came back (`next_token_logprobs` says which settings are exact). See README.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import httpx
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from lookahead.backend import BackendError
+from lookahead.chat import as_dicts, context_ids, encode
+from lookahead.healing import allowed_first_tokens, split_for_healing
+from lookahead.models import default_model_name, load_generation_config, load_tokenizer
+from lookahead.results import (
+    Continuation, branch_entries, context_info, distribution_entries, eos_ids, token_entries, window_start,
+)
+from lookahead.sampling import Sampling
+from lookahead.scoring import Scores, unscored
+
+# Log-probabilities per position asked of the server: vLLM's default --max-logprobs. More (a server
+# started with --max-logprobs N, and LOOKAHEAD_SERVER_LOGPROBS=N here) narrows what is approximate.
+LOGPROBS = int(os.environ.get("LOOKAHEAD_SERVER_LOGPROBS") or 20)
+TIMEOUT_SECONDS = 60.0  # one request (a continuation streams: between two of its tokens)
+PROBE_TEXT = "Probe: the tokenizer's ids for this text, ünïcödé and 12345, must match the server's."
+APPROXIMATE = (
+    "p_final is approximate here: the vLLM server returns its top {n} tokens only, and these settings "
+    "need the rest of the distribution (see README)."
+)
+
+
+@dataclass(frozen=True)
+class Served:
+    """A model the server serves, as it describes it."""
+
+    name: str
+    max_model_len: int
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the model sees for one request, tokenized here."""
+
+    tokenizer: PreTrainedTokenizerBase
+    ids: list[int]
+    dropped: int  # leading tokens left out of the server's context window
+    healed: str  # trailing whitespace backed up by token healing
+    model: str
+
+
+def next_token_logprobs(
+    top: dict[int, float], vocab_size: int, context: list[int], sampling: Sampling, allowed: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(log p_base, log p_final, exact) over the vocabulary, from the server's top-N log-probabilities.
+
+    Tokens that did not come back have -inf. p_base is exact for the tokens that came back. With
+    healing it is renormalised over the allowed tokens among them (in-process: over all allowed
+    tokens), so it is an upper bound. p_final applies transformers' processors as in-process, with
+    the mass beyond the top N as one more token ("the rest"). That is exact when the plain settings
+    need no processors, or with no repetition penalty and no healing when either top_k keeps at most
+    N tokens or, at temperature 1, top_p cuts the rest. Otherwise: the repetition penalty is applied to
+    log-probabilities, not logits (it needs the logit's sign), a temperature scales the rest as one
+    token, and top_p and the normalisation see the rest as one token.
+    """
+    logprobs = torch.full((vocab_size,), float("-inf"))
+    known = {i: lp for i, lp in top.items() if i < vocab_size}
+    logprobs[list(known)] = torch.tensor(list(known.values()))
+    exact = allowed is None
+    if allowed is not None:
+        logprobs = logprobs.masked_fill(~allowed, float("-inf"))
+        logprobs = logprobs - logprobs.logsumexp(0)
+    if not sampling.processors():
+        return logprobs, logprobs, exact
+    rest_mass = max(0.0, 1.0 - float(logprobs.exp().sum()))
+    within_top_k = 1 <= sampling.top_k <= len(known)
+    scores = logprobs if within_top_k else torch.cat([logprobs, torch.tensor([math.log(rest_mass or 1e-45)])])
+    final = torch.log_softmax(sampling.final_scores(torch.tensor([context]), scores[None])[0], -1)
+    rest_cut = within_top_k or not torch.isfinite(final[vocab_size]) or rest_mass == 0.0
+    exact = exact and sampling.repetition_penalty == 1.0 and (within_top_k or (sampling.temperature == 1.0 and rest_cut))
+    return logprobs, final[:vocab_size], exact
+
+
+def score_rows(ids: list[int], prompt_logprobs: list[dict | None], width: int) -> Scores:
+    """`Scores` rows from vLLM's prompt_logprobs: each position's own token (with its rank) and the top `width`.
+
+    The entropy is a lower bound: the top tokens' terms, plus the rest of the mass as one outcome.
+    """
+    rows = unscored(torch.tensor(ids[:1]))
+    logprob, rank, entropy = [], [], []
+    top_ids = torch.full((len(ids) - 1, width), -1, dtype=torch.long)
+    top_logprobs = torch.full((len(ids) - 1, width), float("nan"))
+    for row, (token, position) in enumerate(zip(ids[1:], prompt_logprobs[1:])):
+        entries = {int(i): entry for i, entry in position.items()}
+        logprob.append(entries[token]["logprob"])
+        rank.append(entries[token]["rank"])
+        top = sorted((e["rank"], i, e["logprob"]) for i, e in entries.items() if e["rank"] <= width)
+        for column, (_, i, lp) in enumerate(top):
+            top_ids[row, column], top_logprobs[row, column] = i, lp
+        p = torch.tensor([lp for _, _, lp in top]).exp()
+        rest = max(0.0, 1.0 - float(p.sum()))
+        entropy.append(float(-(p * p.log()).sum() - (rest * math.log(rest) if rest > 0 else 0.0)) / math.log(2))
+    later = Scores(torch.tensor(ids[1:]), torch.tensor(logprob), torch.tensor(rank), torch.tensor(entropy),
+                   top_ids, top_logprobs)
+    return rows.then(later)
+
+
+class VLLMBackend:
+    """Answers the public functions' checked requests through a vLLM server at `url` (…/v1)."""
+
+    batches = True  # the server runs the calls that arrive together as one batch
+
+    def __init__(self, url: str, timeout: float = TIMEOUT_SECONDS) -> None:
+        self.url = url.rstrip("/")
+        self.device = f"vllm {self.url}"
+        self.timeout = timeout
+        self.client = httpx.Client(base_url=self.url, timeout=timeout)
+        self.logprobs = LOGPROBS  # lowered to the server's --max-logprobs if that is smaller
+        self._served: dict[str, Served] = {}  # checked models; forgotten when the server drops out
+
+    def serve(self, task: str, request: dict, precompute: bool = False) -> Iterator[dict]:
+        """One checked request; `precompute` is not needed here (the server's prefix cache keeps the text)."""
+        if task == "generate":
+            yield from self._generate(**request)
+        elif task == "lookahead":
+            yield self._lookahead(**request)
+        elif task == "distribution":
+            yield self._distribution(**request)
+        elif task == "scores":
+            yield self._scores(**request)
+        else:
+            raise ValueError(f"unknown task {task!r}")
+
+    # The four tasks
+
+    def _lookahead(
+        self, text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
+        model_name: str | None, messages: tuple | None,
+    ) -> dict:
+        context, allowed = self._context(text, messages, model_name, room=depth, heal=True)
+        top, reused = self._next_tokens(context, max(10, n_branches))
+        logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed)
+        firsts = distribution_entries(logprobs, final, n_branches, context.tokenizer)
+        sequences = self._continue_branches(context, [f["token_id"] for f in firsts], depth, sampling, branch_mode, seed)
+        stops = eos_ids(load_generation_config(context.model))
+        return {
+            **self._info(context, reused, exact),
+            "sampling": sampling.as_dict(),
+            "branch_mode": branch_mode,
+            "seed": seed,
+            "distribution": distribution_entries(logprobs, final, max(10, n_branches), context.tokenizer),
+            "branches": branch_entries(sequences, stops, firsts, context.healed, context.tokenizer),
+        }
+
+    def _distribution(
+        self, text: str, k: int, sampling: Sampling, session: str, model_name: str | None, messages: tuple | None
+    ) -> dict:
+        context, allowed = self._context(text, messages, model_name, room=1, heal=True)
+        top, _ = self._next_tokens(context, k)
+        logprobs, final, _ = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed)
+        return {"distribution": distribution_entries(logprobs, final, k, context.tokenizer)}
+
+    def _scores(self, text: str, k: int, session: str, model_name: str | None, messages: tuple | None) -> dict:
+        model = model_name or default_model_name()
+        limit = self._model(model).max_model_len
+        tokenizer = load_tokenizer(model)
+        encoding, text_start = encode(
+            tokenizer, text, as_dicts(messages), return_offsets_mapping=True, return_special_tokens_mask=True
+        )
+        all_ids = encoding["input_ids"]
+        dropped = window_start(len(all_ids), limit - 1, limit)
+        ids = all_ids[dropped:]
+        width = self.logprobs
+        body = {**self._fields(model, ids, max_tokens=1), "prompt_logprobs": max(k, width)}
+        answer = self._complete(body, needed=k, field="prompt_logprobs")
+        rows = score_rows(ids, answer["choices"][0]["prompt_logprobs"], max(k, width))
+        if dropped:
+            rows = unscored(torch.tensor(all_ids[:dropped])).then(rows)
+        return {
+            "model": model,
+            "context_tokens": len(ids),
+            "reused_tokens": _cached_tokens(answer),
+            "truncated_tokens": dropped,
+            "tokens": token_entries(rows, k, tokenizer, encoding["offset_mapping"], encoding["special_tokens_mask"],
+                                    text_start, len(text)),
+        }
+
+    def _generate(
+        self, text: str, max_new_tokens: int, method: str, model_name: str | None, messages: tuple | None,
+        time_limit: float | None,
+    ) -> Iterator[dict]:
+        """The server's greedy continuation, streamed (one server step per token: `method` has no say here)."""
+        model = model_name or default_model_name()
+        limit = self._model(model).max_model_len
+        tokenizer = load_tokenizer(model)
+        ids = context_ids(tokenizer, text, as_dicts(messages))
+        dropped = max(0, len(ids) - (limit - max_new_tokens))
+        stops = eos_ids(load_generation_config(model))
+        body = {**self._fields(model, ids[dropped:], max_tokens=max_new_tokens), "stream": True,
+                "ignore_eos": False, "stop_token_ids": sorted(stops)}
+        continuation = Continuation(tokenizer, "greedy", model, dropped)
+        start = time.perf_counter()
+        for chunk in self._stream(body):
+            tokens = [t for c in chunk.get("choices", []) for t in c.get("token_ids") or []]
+            if not tokens:
+                continue
+            continuation.add(tokens, ["step"] * len(tokens))
+            seconds = time.perf_counter() - start
+            out_of_time = time_limit is not None and seconds > time_limit
+            yield continuation.result(seconds, out_of_time)
+            if out_of_time:
+                return
+
+    # What the tasks share
+
+    def _context(
+        self, text: str, messages: tuple | None, model_name: str | None, room: int, heal: bool
+    ) -> tuple[Context, torch.Tensor | None]:
+        """Tokenize as in-process (healing, chat template, the context window's start); the healing mask."""
+        model = model_name or default_model_name()
+        limit = self._model(model).max_model_len
+        tokenizer = load_tokenizer(model)
+        prefix, healed = split_for_healing(text, tokenizer) if heal else (text, "")
+        ids = context_ids(tokenizer, prefix, as_dicts(messages))
+        dropped = window_start(len(ids), limit - room, limit)
+        allowed = allowed_first_tokens(tokenizer, healed, len(tokenizer), torch.device("cpu")) if healed else None
+        return Context(tokenizer, ids[dropped:], dropped, healed, model), allowed
+
+    def _info(self, context: Context, reused: int, exact: bool) -> dict:
+        info = context_info(context.model, self.device, len(context.ids), reused, context.dropped, context.healed)
+        if not exact:
+            info["notice"] = " ".join(filter(None, [info["notice"], APPROXIMATE.format(n=self.logprobs)]))
+        return info
+
+    def _next_tokens(self, context: Context, needed: int) -> tuple[dict[int, float], int]:
+        """The server's top log-probabilities after the context (at least `needed` of them), and its cached tokens."""
+        body = {**self._fields(context.model, context.ids, max_tokens=1), "logprobs": max(needed, self.logprobs)}
+        answer = self._complete(body, needed=needed, field="logprobs")
+        top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
+        return {int(token.removeprefix("token_id:")): lp for token, lp in top.items()}, _cached_tokens(answer)
+
+    def _continue_branches(
+        self, context: Context, firsts: list[int], depth: int, sampling: Sampling, mode: str, seed: int
+    ) -> list[list[int]]:
+        """Each first token continued to `depth` tokens: one request, a prompt per branch."""
+        if depth == 1:
+            return [[first] for first in firsts]
+        prompts = [[*context.ids, first] for first in firsts]
+        if mode == "sample":
+            drawn = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+        else:  # greedy by p_final is the best token after the repetition penalty: the other settings keep it
+            drawn = {}
+        body = self._fields(context.model, prompts, depth - 1, repetition_penalty=sampling.repetition_penalty,
+                            seed=seed, **drawn)
+        choices = sorted(self._complete(body)["choices"], key=lambda c: c["index"])
+        return [[first, *choice["token_ids"]] for first, choice in zip(firsts, choices)]
+
+    @staticmethod
+    def _fields(
+        model: str, prompt: list, max_tokens: int, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+        repetition_penalty: float = 1.0, seed: int = 0,
+    ) -> dict:
+        """Every field of a completion request, explicit (the server's defaults would replace omitted ones); greedy
+        unless given a temperature."""
+        return {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "n": 1,
+            "temperature": temperature,
+            "top_k": top_k,
+            "top_p": top_p,
+            "min_p": 0.0,
+            "repetition_penalty": repetition_penalty,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "seed": seed,
+            "ignore_eos": True,
+            "skip_special_tokens": False,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "stream": False,
+        }
+
+    # The server
+
+    def _model(self, name: str) -> Served:
+        """The server's description of `name`, checked once per connection: it must serve that model, tokenized as here."""
+        if name not in self._served:
+            models = self._get("/models")["data"]
+            served = {m["id"]: m for m in models}
+            if name not in served:
+                raise BackendError(
+                    f"The vLLM server at {self.url} serves {sorted(served)}, not {name!r}: start it with "
+                    f"--served-model-name {name!r}, or choose one of its models."
+                )
+            probe = load_tokenizer(name)(PROBE_TEXT, add_special_tokens=False)["input_ids"]
+            theirs = self._post("/tokenize", {"model": name, "prompt": PROBE_TEXT, "add_special_tokens": False},
+                                root=True)["tokens"]
+            if theirs != probe:
+                raise BackendError(
+                    f"The vLLM server at {self.url} serves a model named {name!r} whose tokenizer is not {name!r}'s "
+                    "here: a different model is behind that URL."
+                )
+            self._served[name] = Served(name, int(served[name]["max_model_len"]))
+        return self._served[name]
+
+    def _complete(self, body: dict, needed: int = 0, field: str = "") -> dict:
+        """POST /completions; if the server allows fewer log-probabilities than asked (but `needed`), ask for those."""
+        try:
+            return self._post("/completions", body)
+        except _TooManyLogprobs as refusal:
+            if refusal.allowed < max(needed, 1):
+                raise BackendError(
+                    f"The vLLM server at {self.url} returns at most {refusal.allowed} log-probabilities per token "
+                    f"(its --max-logprobs), and this needs {needed}: ask for at most {refusal.allowed}, or restart "
+                    f"the server with --max-logprobs {max(needed, LOGPROBS)}."
+                ) from None
+            self.logprobs = refusal.allowed
+            return self._post("/completions", {**body, field: max(needed, refusal.allowed)})
+
+    def _get(self, path: str) -> dict:
+        return self._request("GET", path)
+
+    def _post(self, path: str, body: dict, root: bool = False) -> dict:
+        """`root`: the path is the server's own (/tokenize), not under /v1."""
+        return self._request("POST", path, body, root)
+
+    def _request(self, method: str, path: str, body: dict | None = None, root: bool = False) -> dict:
+        url = self.url.removesuffix("/v1") + path if root else path
+        with self._reaching():
+            response = self.client.request(method, url, json=body)
+        if response.status_code != 200:
+            raise self._refusal(response, body)
+        return response.json()
+
+    def _stream(self, body: dict) -> Iterator[dict]:
+        with self._reaching(), self.client.stream("POST", "/completions", json=body) as response:
+            if response.status_code != 200:
+                response.read()
+                raise self._refusal(response, body)
+            for line in response.iter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    yield json.loads(line.removeprefix("data: "))
+
+    @contextmanager
+    def _reaching(self) -> Iterator[None]:
+        """A failed connection as a BackendError that says what happened; the models are checked again after."""
+        try:
+            yield
+        except httpx.TimeoutException:
+            self._served.clear()
+            raise BackendError(
+                f"The vLLM server at {self.url} did not answer within {self.timeout:g} s (overloaded, or still "
+                "starting); your text is kept: try again."
+            ) from None
+        except httpx.HTTPError as error:
+            self._served.clear()  # it may come back serving another model
+            raise BackendError(
+                f"The vLLM server at {self.url} cannot be reached ({type(error).__name__}): it may be down or "
+                "restarting; your text is kept: try again when it is back."
+            ) from None
+
+    def _refusal(self, response: httpx.Response, body: dict | None) -> Exception:
+        """The server's error as an exception that says what to do."""
+        try:
+            error = response.json()
+            message = str(error.get("error", {}).get("message") if isinstance(error.get("error"), dict) else error.get("message"))
+        except ValueError:
+            message = response.text[:300]
+        if "max allowed:" in message and "logprobs" in message:
+            return _TooManyLogprobs(int(message.rsplit("max allowed:", 1)[1].split()[0].strip(".,")))
+        if response.status_code == 404 and body and "model" in body:
+            self._served.clear()
+            return BackendError(
+                f"The vLLM server at {self.url} no longer serves {body['model']!r} (it says: {message}); "
+                "a different model is behind that URL."
+            )
+        return BackendError(f"The vLLM server at {self.url} refused the request ({response.status_code}): {message}")
+
+
+class _TooManyLogprobs(Exception):
+    def __init__(self, allowed: int) -> None:
+        self.allowed = allowed
+
+
+def _cached_tokens(answer: dict) -> int:
+    """Prompt tokens the server found in its prefix cache (reported with --enable-prompt-tokens-details)."""
+    details = (answer.get("usage") or {}).get("prompt_tokens_details") or {}
+    return int(details.get("cached_tokens") or 0)
