@@ -9,9 +9,11 @@ visitor alone on the same server: its cold first call and warm follow-ups.
 
 Modes: `plain` is `python app.py`; `zerogpu` is the same app under ZeroGPU emulation
 (tests/zerogpu_space.py: real `spaces` package, forked GPU workers, stubbed device manager),
-with as many workers at once as the CPU has cores.
+with as many workers at once as the CPU has cores; `vllm` is `python app.py --backend vllm` in
+front of a vLLM server serving the same model (started here from VLLM_PYTHON's venv, as the tests
+do, or the one at --server-url); its memory counts both processes.
 
-Run: python bench/bench_load.py [--visitors 50] [--modes plain zerogpu]
+Run: python bench/bench_load.py [--visitors 50] [--modes plain zerogpu vllm]
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ from gradio_client import Client
 from serving import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from lookahead.models import EMBEDDED_MODEL, embedded_model_dir  # noqa: E402
+from vllm_server import VLLMServer  # noqa: E402
 CALLS = 3
 N_BRANCHES, DEPTH = 5, 3
 PASSAGE = (
@@ -47,9 +52,12 @@ def visitor_text(i: int) -> str:
     return f"Chapter {i + 1}. Visitor {i} begins a story of their own.\n\n" + PASSAGE * 9
 
 
-def serve(mode: str) -> tuple[subprocess.Popen, str]:
+def serve(mode: str, server_url: str | None) -> tuple[subprocess.Popen, str]:
     if mode == "plain":
         return start_server(lambda port: [sys.executable, str(ROOT / "app.py")], {}, "load_plain")
+    if mode == "vllm":
+        command = [sys.executable, str(ROOT / "app.py"), "--backend", "vllm", "--server-url", server_url]
+        return start_server(lambda port: command, {}, "load_vllm")
     log = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False).name  # the emulated scheduler's requests
     # The emulation computes on this CPU: as many GPU workers at once as it has cores (a Space's
     # default, 8, would only make forked workers fight over two cores).
@@ -58,17 +66,17 @@ def serve(mode: str) -> tuple[subprocess.Popen, str]:
 
 
 class PeakMemory:
-    """Polls the PSS of a process and its children until stopped."""
+    """Polls the PSS of processes and their children until stopped."""
 
-    def __init__(self, pid: int):
-        self.process, self.peak, self._stop = psutil.Process(pid), 0, threading.Event()
+    def __init__(self, *pids: int):
+        self.processes, self.peak, self._stop = [psutil.Process(pid) for pid in pids], 0, threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
 
     def _poll(self) -> None:
         while not self._stop.wait(0.25):
             total = 0
-            for p in [self.process, *self.process.children(recursive=True)]:
+            for p in [q for process in self.processes for q in (process, *process.children(recursive=True))]:
                 try:
                     total += p.memory_full_info().pss
                 except psutil.Error:
@@ -97,11 +105,11 @@ def interactions(client: Client, text: str) -> list[tuple[float, dict | None]]:
     return calls
 
 
-def run_mode(mode: str, visitors: int) -> dict:
-    server, url = serve(mode)
+def run_mode(mode: str, visitors: int, vllm: VLLMServer | None) -> dict:
+    server, url = serve(mode, vllm and vllm.url)
     try:
         lone = interactions(Client(url, verbose=False), visitor_text(visitors))  # the baseline, alone
-        memory = PeakMemory(server.pid)
+        memory = PeakMemory(server.pid, *([vllm.process.pid] if mode == "vllm" else []))
         clients = [Client(url, verbose=False) for _ in range(visitors)]
         together = threading.Barrier(visitors)
 
@@ -138,18 +146,25 @@ def run_mode(mode: str, visitors: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--visitors", type=int, default=50)
-    parser.add_argument("--modes", nargs="+", default=["plain", "zerogpu"], choices=["plain", "zerogpu"])
+    parser.add_argument("--modes", nargs="+", default=["plain", "zerogpu", "vllm"], choices=["plain", "zerogpu", "vllm"])
+    parser.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python")))
     args = parser.parse_args()
+    vllm = None
+    if "vllm" in args.modes:
+        vllm = VLLMServer(args.vllm_python, embedded_model_dir(), EMBEDDED_MODEL)
+        vllm.wait()
     print(f"{args.visitors} visitors x {CALLS} calls (/lookahead, k={N_BRANCHES}, depth={DEPTH}), all at once; "
           f"{os.cpu_count()} CPU cores")
     print("| server | context tokens | answered | failed | p50 (s) | p95 (s) | all done (s) | lone cold (s) "
           "| lone warm (s) | p50 / lone warm | cache hits | peak memory (GiB) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for mode in args.modes:
-        r = run_mode(mode, args.visitors)
+        r = run_mode(mode, args.visitors, vllm)
         print(f"| {r['mode']} | {r['context']} | {r['answered']} | {r['failed']} | {r['p50']:.1f} | {r['p95']:.1f} "
               f"| {r['wall']:.1f} | {r['lone_cold']:.2f} | {r['lone_warm']:.2f} | {r['p50'] / r['lone_warm']:.0f}× "
               f"| {100 * r['hit_rate']:.0f}% | {r['peak_gib']:.2f} |", flush=True)
+    if vllm is not None:
+        vllm.stop()
 
 
 if __name__ == "__main__":
