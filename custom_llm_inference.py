@@ -24,7 +24,6 @@ import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisati
 
 import math
 import os
-import time
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -475,14 +474,8 @@ def _generation(
     ids = context_ids(tokenizer, text, as_dicts(messages))
     dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
     continuation = Continuation(tokenizer, method, model_name or default_model_name(), dropped)
-    start = time.perf_counter()
-    for step in GENERATION_METHODS[method](model, ids[dropped:], max_new_tokens, eos_ids(model.generation_config)):
-        continuation.add(step.tokens, step.sources)
-        seconds = time.perf_counter() - start
-        out_of_time = time_limit is not None and seconds > time_limit
-        yield continuation.result(seconds, out_of_time)
-        if out_of_time:
-            return
+    steps = GENERATION_METHODS[method](model, ids[dropped:], max_new_tokens, eos_ids(model.generation_config))
+    yield from continuation.follow(((step.tokens, step.sources) for step in steps), time_limit)
 
 
 def _generation_request(

@@ -7,6 +7,8 @@ gets the same keys, in the same order, from either; only the numbers' source dif
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Iterable, Iterator
 
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase
@@ -130,6 +132,17 @@ class Continuation:
         self.sources: list[str] = []
         self.accepted: list[int] = []
         self.text = ""
+
+    def follow(self, passes: Iterable[tuple[list[int], list[str]]], time_limit: float | None) -> Iterator[dict]:
+        """The result after each pass of (tokens, their sources); stops once `time_limit` seconds have passed."""
+        start = time.perf_counter()
+        for tokens, sources in passes:
+            self.add(tokens, sources)
+            seconds = time.perf_counter() - start
+            out_of_time = time_limit is not None and seconds > time_limit
+            yield self.result(seconds, out_of_time)
+            if out_of_time:
+                return
 
     def add(self, tokens: list[int], sources: list[str]) -> None:
         """One forward pass's accepted tokens, and where each came from ("step", "jacobi", "ngram")."""

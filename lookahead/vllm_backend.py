@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -46,7 +45,10 @@ from lookahead.scoring import Scores, unscored
 # Log-probabilities per position asked of the server: vLLM's default --max-logprobs. More (a server
 # started with --max-logprobs N, and LOOKAHEAD_SERVER_LOGPROBS=N here) narrows what is approximate.
 LOGPROBS = int(os.environ.get("LOOKAHEAD_SERVER_LOGPROBS") or 20)
-TIMEOUT_SECONDS = 60.0  # one request (a continuation streams: between two of its tokens)
+# How long one request may wait for the server (a continuation: between two of its tokens). A GPU
+# server answers in well under a second; past this it is down, hung, or overloaded, and the writer
+# should hear so (LOOKAHEAD_SERVER_TIMEOUT overrides).
+TIMEOUT_SECONDS = float(os.environ.get("LOOKAHEAD_SERVER_TIMEOUT") or 60)
 PROBE_TEXT = "Probe: the tokenizer's ids for this text, ünïcödé and 12345, must match the server's."
 APPROXIMATE = (
     "p_final is approximate here: the vLLM server returns its top {n} tokens only, and these settings "
@@ -222,18 +224,9 @@ class VLLMBackend:
         stops = eos_ids(load_generation_config(model))
         body = {**self._fields(model, ids[dropped:], max_tokens=max_new_tokens), "stream": True,
                 "ignore_eos": False, "stop_token_ids": sorted(stops)}
-        continuation = Continuation(tokenizer, "greedy", model, dropped)
-        start = time.perf_counter()
-        for chunk in self._stream(body):
-            tokens = [t for c in chunk.get("choices", []) for t in c.get("token_ids") or []]
-            if not tokens:
-                continue
-            continuation.add(tokens, ["step"] * len(tokens))
-            seconds = time.perf_counter() - start
-            out_of_time = time_limit is not None and seconds > time_limit
-            yield continuation.result(seconds, out_of_time)
-            if out_of_time:
-                return
+        chunks = ([t for c in chunk.get("choices", []) for t in c.get("token_ids") or []] for chunk in self._stream(body))
+        passes = ((tokens, ["step"] * len(tokens)) for tokens in chunks if tokens)
+        yield from Continuation(tokenizer, "greedy", model, dropped).follow(passes, time_limit)
 
     # What the tasks share
 
