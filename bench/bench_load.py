@@ -38,6 +38,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from lookahead.models import EMBEDDED_MODEL, embedded_model_dir  # noqa: E402
 from vllm_server import VLLMServer  # noqa: E402
 CALLS = 3
+# Seconds a visitor's HTTP requests may take. gradio_client's default, 5 s, would turn a visitor away
+# whenever the server is slow to take an event into its queue, which no browser does.
+VISITOR_TIMEOUT = 120
 N_BRANCHES, DEPTH = 5, 3
 PASSAGE = (
     "The harbour town woke slowly. Fishermen hauled their nets along the quay, gulls argued over "
@@ -90,6 +93,10 @@ class PeakMemory:
         return self.peak
 
 
+def visitor(url: str) -> Client:
+    return Client(url, verbose=False, httpx_kwargs={"timeout": VISITOR_TIMEOUT})
+
+
 def interactions(client: Client, text: str) -> list[tuple[float, dict | None]]:
     """Three calls as a writer makes them: suggestions, then take the first branch, twice."""
     calls = []
@@ -109,9 +116,9 @@ def interactions(client: Client, text: str) -> list[tuple[float, dict | None]]:
 def run_mode(mode: str, visitors: int, vllm: VLLMServer | None) -> dict:
     server, url = serve(mode, vllm and vllm.url)
     try:
-        lone = interactions(Client(url, verbose=False), visitor_text(visitors))  # the baseline, alone
+        lone = interactions(visitor(url), visitor_text(visitors))  # the baseline, alone
         memory = PeakMemory(server.pid, *([vllm.process.pid] if mode == "vllm" else []))
-        clients = [Client(url, verbose=False) for _ in range(visitors)]
+        clients = [visitor(url) for _ in range(visitors)]
         together = threading.Barrier(visitors)
 
         def visit(i: int):
@@ -152,7 +159,8 @@ def main() -> None:
     args = parser.parse_args()
     vllm = None
     if "vllm" in args.modes:
-        vllm = VLLMServer(args.vllm_python, embedded_model_dir(), EMBEDDED_MODEL)
+        # The KV cache's room: the in-process app's session budget here (a quarter of 24 GB).
+        vllm = VLLMServer(args.vllm_python, embedded_model_dir(), EMBEDDED_MODEL, kv_cache_gb=6)
         vllm.wait()
     print(f"{args.visitors} visitors x {CALLS} calls (/lookahead, k={N_BRANCHES}, depth={DEPTH}), all at once; "
           f"{os.cpu_count()} CPU cores")

@@ -8,6 +8,7 @@ in the user's cache directory; every later start loads that folder in about a se
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -157,8 +158,13 @@ def load_tokenizer(name: str | None = None) -> PreTrainedTokenizerBase:
 
 
 def load_generation_config(name: str | None = None) -> GenerationConfig:
-    """`name`'s generation config, as its model would carry it (its stop tokens)."""
-    source = model_source(name or default_model_name())
+    """`name`'s generation config, as its model would carry it (its stop tokens); read once."""
+    return _generation_config(name or default_model_name())
+
+
+@functools.cache
+def _generation_config(name: str) -> GenerationConfig:
+    source = model_source(name)
     try:
         return GenerationConfig.from_pretrained(source)
     except OSError:  # no generation_config.json: transformers derives it from the model's config

@@ -126,8 +126,8 @@ def score_rows(ids: list[int], prompt_logprobs: list[dict | None], width: int) -
         p = torch.tensor([lp for _, _, lp in top]).exp()
         rest = max(0.0, 1.0 - float(p.sum()))
         entropy.append(float(-(p * p.log()).sum() - (rest * math.log(rest) if rest > 0 else 0.0)) / math.log(2))
-    later = Scores(torch.tensor(ids[1:]), torch.tensor(logprob), torch.tensor(rank), torch.tensor(entropy),
-                   top_ids, top_logprobs)
+    later = Scores(torch.tensor(ids[1:], dtype=torch.long), torch.tensor(logprob, dtype=torch.float),
+                   torch.tensor(rank, dtype=torch.long), torch.tensor(entropy, dtype=torch.float), top_ids, top_logprobs)
     return rows.then(later)
 
 
@@ -163,7 +163,7 @@ class VLLMBackend:
         self, text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
         model_name: str | None, messages: tuple | None,
     ) -> dict:
-        context, allowed = self._context(text, messages, model_name, room=depth, heal=True)
+        context, allowed = self._context(text, messages, model_name, room=depth)
         top, reused = self._next_tokens(context, max(10, n_branches))
         logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed)
         firsts = distribution_entries(logprobs, final, n_branches, context.tokenizer)
@@ -181,7 +181,7 @@ class VLLMBackend:
     def _distribution(
         self, text: str, k: int, sampling: Sampling, session: str, model_name: str | None, messages: tuple | None
     ) -> dict:
-        context, allowed = self._context(text, messages, model_name, room=1, heal=True)
+        context, allowed = self._context(text, messages, model_name, room=1)
         top, _ = self._next_tokens(context, k)
         logprobs, final, _ = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed)
         return {"distribution": distribution_entries(logprobs, final, k, context.tokenizer)}
@@ -231,13 +231,13 @@ class VLLMBackend:
     # What the tasks share
 
     def _context(
-        self, text: str, messages: tuple | None, model_name: str | None, room: int, heal: bool
+        self, text: str, messages: tuple | None, model_name: str | None, room: int
     ) -> tuple[Context, torch.Tensor | None]:
         """Tokenize as in-process (healing, chat template, the context window's start); the healing mask."""
         model = model_name or default_model_name()
         limit = self._model(model).max_model_len
         tokenizer = load_tokenizer(model)
-        prefix, healed = split_for_healing(text, tokenizer) if heal else (text, "")
+        prefix, healed = split_for_healing(text, tokenizer)
         ids = context_ids(tokenizer, prefix, as_dicts(messages))
         dropped = window_start(len(ids), limit - room, limit)
         allowed = allowed_first_tokens(tokenizer, healed, len(tokenizer), torch.device("cpu")) if healed else None

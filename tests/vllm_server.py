@@ -28,7 +28,7 @@ def free_port() -> int:
 class VLLMServer:
     """`python -m vllm.entrypoints.openai.api_server` serving `model_dir` as `name`, on loopback."""
 
-    def __init__(self, python: str, model_dir: str | Path, name: str, *extra: str) -> None:
+    def __init__(self, python: str, model_dir: str | Path, name: str, *extra: str, kv_cache_gb: int = 2) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.log = tempfile.NamedTemporaryFile("w+", prefix="vllm-server-", suffix=".log", delete=False)
@@ -37,7 +37,7 @@ class VLLMServer:
             "--dtype", "float32", "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(self.port),
             "--enable-prompt-tokens-details", *extra,
         ]
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True)
 
