@@ -113,11 +113,16 @@ def interactions(client: Client, text: str) -> list[tuple[float, dict | None]]:
     return calls
 
 
-def run_mode(mode: str, visitors: int, vllm: VLLMServer | None) -> dict:
+def run_mode(mode: str, visitors: int, vllm_python: str) -> dict:
+    vllm = None
+    if mode == "vllm":  # started for this mode only, so that it takes no CPU from the others
+        # The KV cache's room: the in-process app's session budget here (a quarter of 24 GB).
+        vllm = VLLMServer(vllm_python, embedded_model_dir(), EMBEDDED_MODEL, kv_cache_gb=6)
+        vllm.wait()
     server, url = serve(mode, vllm and vllm.url)
     try:
         lone = interactions(visitor(url), visitor_text(visitors))  # the baseline, alone
-        memory = PeakMemory(server.pid, *([vllm.process.pid] if mode == "vllm" else []))
+        memory = PeakMemory(server.pid, *([vllm.process.pid] if vllm else []))
         clients = [visitor(url) for _ in range(visitors)]
         together = threading.Barrier(visitors)
 
@@ -133,6 +138,8 @@ def run_mode(mode: str, visitors: int, vllm: VLLMServer | None) -> dict:
     finally:
         os.killpg(server.pid, 9)
         server.wait()
+        if vllm:
+            vllm.stop()
     answered = [(s, r) for s, r in calls if r is not None]
     latencies = sorted(s for s, _ in answered) or [float("nan")]
     follow_ups = [r for i, (_, r) in enumerate(calls) if r is not None and i % CALLS]
@@ -157,23 +164,16 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["plain", "zerogpu", "vllm"], choices=["plain", "zerogpu", "vllm"])
     parser.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python")))
     args = parser.parse_args()
-    vllm = None
-    if "vllm" in args.modes:
-        # The KV cache's room: the in-process app's session budget here (a quarter of 24 GB).
-        vllm = VLLMServer(args.vllm_python, embedded_model_dir(), EMBEDDED_MODEL, kv_cache_gb=6)
-        vllm.wait()
     print(f"{args.visitors} visitors x {CALLS} calls (/lookahead, k={N_BRANCHES}, depth={DEPTH}), all at once; "
           f"{os.cpu_count()} CPU cores")
     print("| server | context tokens | answered | failed | p50 (s) | p95 (s) | all done (s) | lone cold (s) "
           "| lone warm (s) | p50 / lone warm | cache hits | peak memory (GiB) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for mode in args.modes:
-        r = run_mode(mode, args.visitors, vllm)
+        r = run_mode(mode, args.visitors, args.vllm_python)
         print(f"| {r['mode']} | {r['context']} | {r['answered']} | {r['failed']} | {r['p50']:.1f} | {r['p95']:.1f} "
               f"| {r['wall']:.1f} | {r['lone_cold']:.2f} | {r['lone_warm']:.2f} | {r['p50'] / r['lone_warm']:.0f}× "
               f"| {100 * r['hit_rate']:.0f}% | {r['peak_gib']:.2f} |", flush=True)
-    if vllm is not None:
-        vllm.stop()
 
 
 if __name__ == "__main__":

@@ -35,7 +35,9 @@ class VLLMServer:
         command = [
             python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--served-model-name", name,
             "--dtype", "float32", "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(self.port),
-            "--enable-prompt-tokens-details", *extra,
+            # The CPU build's default 128-token blocks would make each branch's prompt recompute up to
+            # 127 tokens past the cached prefix (a lookahead: 3.3 s instead of 0.63 s at 619 tokens).
+            "--enable-prompt-tokens-details", "--block-size", "32", *extra,
         ]
         env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env,
