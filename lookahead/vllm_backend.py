@@ -166,7 +166,8 @@ class VLLMBackend:
         context, allowed = self._context(text, messages, model_name, room=depth)
         top, reused = self._next_tokens(context, max(10, n_branches))
         logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed)
-        firsts = distribution_entries(logprobs, final, n_branches, context.tokenizer)
+        distribution = distribution_entries(logprobs, final, max(10, n_branches), context.tokenizer)
+        firsts = distribution[:n_branches]  # the branches start from the best tokens by p_final
         sequences = self._continue_branches(context, [f["token_id"] for f in firsts], depth, sampling, branch_mode, seed)
         stops = eos_ids(load_generation_config(context.model))
         return {
@@ -174,7 +175,7 @@ class VLLMBackend:
             "sampling": sampling.as_dict(),
             "branch_mode": branch_mode,
             "seed": seed,
-            "distribution": distribution_entries(logprobs, final, max(10, n_branches), context.tokenizer),
+            "distribution": distribution,
             "branches": branch_entries(sequences, stops, firsts, context.healed, context.tokenizer),
         }
 
