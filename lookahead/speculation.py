@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import torch
 from transformers import DynamicCache
@@ -70,6 +71,14 @@ class ScratchStore:
         cache.crop(n - cache.get_seq_length())
 
 
+class _Job(NamedTuple):
+    key: Hashable
+    task: str
+    requests: list[Request]
+    compute: Callable[[Request, ScratchStore], dict]
+    ticket: int  # the count of real requests when it was made: once that moves, it stops
+
+
 class Speculator:
     """Ready answers per session, and the one background job that computes them."""
 
@@ -79,7 +88,10 @@ class Speculator:
         self._ready: dict[Hashable, dict[Hashable, tuple]] = {}  # session key -> request signature -> answer
         self._arrivals = 0  # real requests so far: a job stops once this moves
         self._running = 0  # real requests being computed now
-        self._job: threading.Thread | None = None
+        self._idle = threading.Condition(self._lock)  # notified when a job is published or one ends
+        self._pending: _Job | None = None  # the job the worker takes next
+        self._busy = False  # the worker is running a job
+        self._worker: threading.Thread | None = None  # started with the first job
         self.served = 0  # clicks answered from a ready answer
 
     def arrived(self, key: Hashable, task: str, request: Request) -> tuple | None:
@@ -105,20 +117,44 @@ class Speculator:
     def start(
         self, key: Hashable, task: str, requests: list[Request], compute: Callable[[Request, ScratchStore], dict]
     ) -> None:
-        """Precompute `task` for `requests` (in order) in the background, unless another request is running."""
+        """Precompute `task` for `requests` (in order) in the background, unless another request is running.
+
+        The one worker thread takes the newest job when it is free: a job is published, and the worker
+        started, under the lock, so `wait` sees either no work or work under way, never a thread not yet
+        started, and two jobs never run at once (an older job not yet begun is replaced; one under way
+        stops by itself, since the request that made this job arrived after it began).
+        """
         with self._lock:
             if self._running:
                 return  # other visitors are waiting: their requests come first
-            ticket = self._arrivals
-        self._job = threading.Thread(target=self._run, args=(key, task, requests, compute, ticket), daemon=True)
-        self._job.start()
+            self._pending = _Job(key, task, requests, compute, self._arrivals)
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, name="precompute", daemon=True)
+                self._worker.start()
+            self._idle.notify_all()
 
-    def wait(self, timeout: float | None = None) -> None:
-        """Until the background job (if any) has finished."""
-        if self._job is not None:
-            self._job.join(timeout)
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until no job is waiting or under way (False if `timeout` seconds passed first)."""
+        with self._lock:
+            return self._idle.wait_for(lambda: self._pending is None and not self._busy, timeout)
 
-    def _run(self, key, task, requests, compute, ticket) -> None:
+    def _work(self) -> None:
+        """The worker: run the newest job, one at a time, for as long as the process lives."""
+        while True:
+            with self._lock:
+                self._idle.wait_for(lambda: self._pending is not None)
+                job, self._pending, self._busy = self._pending, None, True
+            try:
+                self._run(*job)
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._idle.notify_all()
+
+    def _run(
+        self, key: Hashable, task: str, requests: list[Request], compute: Callable[[Request, ScratchStore], dict],
+        ticket: int,
+    ) -> None:
         def checkpoint() -> None:
             if self._arrivals != ticket:
                 raise Preempted  # a real request came: it goes first, and the writer may have moved on

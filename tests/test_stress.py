@@ -1,0 +1,213 @@
+"""Shared objects under threads: several at once, bounded in time, seeded.
+
+Each test fails on any exception in any thread, on a deadlock (a join that times out), or on an
+answer that differs from one computed alone. They are short (a few seconds each), so a race that
+shows once in thousands of interleavings may pass one run: they run in every CI run, on every machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+from transformers import DynamicCache
+
+import custom_llm_inference as cli
+from lookahead.prefix_cache import PrefixCacheStore
+from lookahead.speculation import Speculator
+from reference import reference_lookahead
+from test_lookahead_api import assert_matches_reference
+from test_speculation import fake_entry
+from ui.ordering import SessionOrder
+
+SECONDS = 3.0  # each thread's share of a stress test
+JOIN_SECONDS = 60.0  # past this a thread is deadlocked
+
+
+def run_threads(workers: list[Callable[[random.Random], None]], seed: int = 0) -> None:
+    """Run each worker in its own thread (each with its own seeded random source); re-raise the first failure."""
+    failures: list[BaseException] = []
+
+    def guarded(worker: Callable[[random.Random], None], rng: random.Random) -> None:
+        try:
+            worker(rng)
+        except BaseException as error:  # noqa: BLE001 - reported below, in the test's thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=guarded, args=(w, random.Random(seed + i)), daemon=True)
+               for i, w in enumerate(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(JOIN_SECONDS)
+        assert not thread.is_alive(), "a thread is still running: deadlocked"
+    if failures:
+        raise failures[0]
+
+
+def until(seconds: float) -> Callable[[], bool]:
+    deadline = time.monotonic() + seconds
+    return lambda: time.monotonic() < deadline
+
+
+def test_the_speculator_starts_waits_and_clears_from_many_threads():
+    """The race CI once hit: wait()/clear() joining a job not yet started, two start()s leaving a job unwaited."""
+    store = PrefixCacheStore(max_bytes=10**9)
+    speculator = Speculator(store)
+    running = {"now": 0, "most": 0}
+    count = threading.Lock()
+
+    def compute(request, scratch):
+        with count:
+            running["now"] += 1
+            running["most"] = max(running["most"], running["now"])
+        try:
+            torch.nn.Identity()(torch.zeros(1))  # a module call: where a real request pre-empts the job
+            return {"n": request["n"]}
+        finally:
+            with count:
+                running["now"] -= 1
+
+    def starter(rng):
+        going = until(SECONDS)
+        while going():
+            key = f"writer {rng.randrange(3)}"
+            fake_entry(store, key, rng.randrange(2, 6))
+            speculator.start(key, "lookahead", [{"n": i} for i in range(rng.randrange(1, 4))], compute)
+            time.sleep(rng.random() * 0.01)
+
+    def waiter(rng):
+        going = until(SECONDS)
+        while going():
+            (speculator.clear if rng.random() < 0.5 else speculator.wait)()
+
+    def visitor(rng):
+        going = until(SECONDS)
+        while going():
+            speculator.arrived(f"writer {rng.randrange(3)}", "lookahead", {"n": rng.randrange(3)})
+            time.sleep(rng.random() * 0.002)
+            speculator.finished()
+            time.sleep(rng.random() * 0.02)
+
+    run_threads([starter, starter, waiter, waiter, visitor])
+    assert speculator.wait(JOIN_SECONDS), "the last job ended"
+    assert running["most"] <= 1, "never two jobs at once"
+
+
+def test_a_wait_right_after_start_waits_for_that_job():
+    """Published under the lock: a wait() right after start() never returns before the job has run."""
+    store = PrefixCacheStore(max_bytes=10**9)
+    speculator, done = Speculator(store), []
+    for n in range(20):
+        fake_entry(store, "writer", 4)
+        speculator.start("writer", "lookahead", [{"n": n}], lambda request, scratch: done.append(request["n"]) or {})
+        assert speculator.wait(JOIN_SECONDS)
+        assert done[-1:] == [n]
+
+
+def test_the_prefix_cache_store_under_threads_keeps_each_sessions_entry_whole():
+    """take/put/copy/install/scores from several threads: an entry is never served half-cropped or torn."""
+    store = PrefixCacheStore(max_bytes=4 * 1024 * 100)  # small: evictions happen too
+
+    def entry_tokens(n: int) -> list[int]:
+        return list(range(n))
+
+    def check(cache, n: int) -> None:
+        keys = cache.layers[0].keys
+        assert keys.shape[-2] == n and bool((keys[0, 0, :, 0] == torch.arange(n, dtype=keys.dtype)).all())
+
+    def session_cache(n: int):
+        cache = DynamicCache()
+        positions = torch.arange(n, dtype=torch.float)[None, None, :, None].expand(1, 1, n, 4).clone()
+        cache.update(positions, positions.clone(), 0)
+        return cache
+
+    def writer(rng):
+        going = until(SECONDS)
+        while going():
+            key, n = f"s{rng.randrange(4)}", rng.randrange(2, 40)
+            taken = store.take(key, entry_tokens(n))
+            if taken.reused:
+                check(taken.cache, taken.reused)
+            store.put(key, entry_tokens(n), session_cache(n))
+
+    def reader(rng):
+        going = until(SECONDS)
+        while going():
+            key = f"s{rng.randrange(4)}"
+            copy = store.copy(key)
+            if copy is not None:
+                check(copy.cache, len(copy.ids))
+            store.scores(key, entry_tokens(rng.randrange(2, 40)))
+            store.bytes()
+            len(store)
+
+    def installer(rng):
+        going = until(SECONDS)
+        while going():
+            key = f"s{rng.randrange(4)}"
+            copy = store.copy(key)
+            if copy is None:
+                continue
+            n = len(copy.ids)
+            new = torch.tensor([float(n)])[None, None, :, None].expand(1, 1, 1, 4).clone()
+            store.install(key, copy.ids, entry_tokens(n + 1), [(new, new.clone())], [], None)
+
+    run_threads([writer, writer, reader, installer])
+    for key in list(store._entries):
+        entry = store.copy(key)
+        check(entry.cache, len(entry.ids))
+
+
+def test_session_order_keeps_each_sessions_events_in_order_and_apart_under_a_crowd():
+    """Many coroutines of several sessions: within a session one at a time, in arrival order; nothing kept after."""
+    order, rng = SessionOrder(), random.Random(0)
+    inside: dict[str, int] = {}
+    started: dict[str, list[int]] = {}
+
+    async def event(session: str, n: int) -> None:
+        async with order.turn(session):
+            inside[session] = inside.get(session, 0) + 1
+            assert inside[session] == 1, "two events of one session at once"
+            started.setdefault(session, []).append(n)
+            await asyncio.sleep(rng.random() * 0.002)
+            inside[session] -= 1
+
+    async def main() -> None:
+        tasks = []
+        for n in range(600):
+            tasks.append(asyncio.create_task(event(f"visitor {rng.randrange(8)}", n)))
+            if rng.random() < 0.3:
+                await asyncio.sleep(0)
+        await asyncio.wait_for(asyncio.gather(*tasks), JOIN_SECONDS)
+
+    asyncio.run(main())
+    assert all(ns == sorted(ns) for ns in started.values()), "first come, first served"
+    assert sum(map(len, started.values())) == 600
+    assert len(order) == 0
+
+
+def test_lookaheads_with_precomputation_from_several_threads_equal_the_reference(embedded):
+    """Writers clicking at once, each click pre-empting another's precomputation: every answer is the reference's."""
+    model, tokenizer = embedded
+    k, depth, clicks = 3, 2, 4
+    answers: list[tuple[str, dict]] = []
+
+    def writer(rng):
+        text = rng.choice(["The harbour at dawn was", "Her first letter began", "def parse(line):\n    return"])
+        session = f"stress {rng.random()}"
+        for _ in range(clicks):
+            shown = cli.lookahead(text, k, depth, session=session, precompute=True)
+            answers.append((text, shown))
+            time.sleep(rng.random() * 0.3)  # reading: the precomputation runs, or is cut short
+            text += shown["branches"][rng.randrange(k)]["text"]
+
+    run_threads([writer, writer, writer], seed=7)
+    assert cli.speculator.wait(JOIN_SECONDS)
+    assert len(answers) == 3 * clicks
+    for text, answer in answers:
+        assert_matches_reference(answer, reference_lookahead(model, tokenizer, text, k, depth), k)
