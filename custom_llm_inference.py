@@ -466,10 +466,12 @@ def _lookahead(
 
 
 def _generation(
-    text: str, max_new_tokens: int, method: str, model_name: str | None, messages: Messages | None,
+    text: str, max_new_tokens: int, method: str, session: str, model_name: str | None, messages: Messages | None,
     time_limit: float | None,
 ) -> Iterator[dict]:
-    """The growing continuation after every pass; stops at EOS, `max_new_tokens` or `time_limit` seconds."""
+    """The growing continuation after every pass; stops at EOS, `max_new_tokens` or `time_limit` seconds.
+
+    In-process a continuation keeps no cache, so `session` has no say here (a server keys its cache by it)."""
     model, tokenizer = load_model(model_name)
     ids = context_ids(tokenizer, text, as_dicts(messages))
     dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
@@ -479,7 +481,7 @@ def _generation(
 
 
 def _generation_request(
-    text: object, max_new_tokens: object, method: object, model_name: object, messages: object
+    text: object, max_new_tokens: object, method: object, session: object, model_name: object, messages: object
 ) -> dict:
     chat = _check_messages(messages, _check_model_name(model_name))
     request = dict(
@@ -487,6 +489,7 @@ def _generation_request(
         messages=chat,
         max_new_tokens=_check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS),
         method=_check_choice("method", method, GENERATION_METHODS),
+        session=str(session),
         model_name=_check_model_name(model_name),
     )
     # On ZeroGPU a task that outlives its requested duration may be aborted, losing everything:
@@ -496,16 +499,17 @@ def _generation_request(
 
 
 def generate_stream(
-    text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None,
-    messages: list[dict] | None = None,
+    text: str, max_new_tokens: int = 64, method: str = "lookahead", *, session: str = "default",
+    model_name: str | None = None, messages: list[dict] | None = None,
 ) -> Iterator[dict]:
     """`generate`'s result after every forward pass, growing, for streaming into the UI."""
-    yield from _backend.serve("generate", _generation_request(text, max_new_tokens, method, model_name, messages))
+    request = _generation_request(text, max_new_tokens, method, session, model_name, messages)
+    yield from _backend.serve("generate", request)
 
 
 def generate(
-    text: str, max_new_tokens: int = 64, method: str = "lookahead", *, model_name: str | None = None,
-    messages: list[dict] | None = None,
+    text: str, max_new_tokens: int = 64, method: str = "lookahead", *, session: str = "default",
+    model_name: str | None = None, messages: list[dict] | None = None,
 ) -> dict:
     """Continue `text` greedily by up to `max_new_tokens` tokens (stopping after EOS).
 
@@ -515,6 +519,7 @@ def generate(
     included, which gives the first token), "tokens_per_pass", "seconds", "accepted_per_pass",
     "draft_source_per_token" ("step", "jacobi" or "ngram"), "method", "model",
     "truncated_tokens", "stopped_for_time" (on ZeroGPU: stopped early to stay inside the
-    GPU time it asked for)}.
+    GPU time it asked for)}. `session` is the caller's, as for `lookahead` (a vLLM server keeps its cache by it).
     """
-    return _last(generate_stream(text, max_new_tokens, method, model_name=model_name, messages=messages))
+    return _last(generate_stream(text, max_new_tokens, method, session=session, model_name=model_name,
+                                 messages=messages))

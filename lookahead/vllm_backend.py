@@ -17,13 +17,22 @@ Exact by construction:
 
 What the server does not return is the rest of the vocabulary, and p_final needs it unless the
 kept tokens all came back (`next_token_logprobs` says which settings are exact). See README.
+
+One server serves every visitor, and its prefix cache would let one learn what another wrote: a guess
+at someone's text comes back with more cached tokens (and sooner) when it is right. So every request
+carries a `cache_salt` derived from the session and a secret only this app holds (`session_salt`):
+the server reuses cached blocks only between requests with the same salt, so a session reuses its own
+text and nobody else's, and `reused_tokens` counts only what the session itself wrote.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import os
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,6 +59,9 @@ LOGPROBS = int(os.environ.get("LOOKAHEAD_SERVER_LOGPROBS") or 20)
 # should hear so (LOOKAHEAD_SERVER_TIMEOUT overrides).
 TIMEOUT_SECONDS = float(os.environ.get("LOOKAHEAD_SERVER_TIMEOUT") or 60)
 PROBE_TEXT = "Probe: the tokenizer's ids for this text, ünïcödé and 12345, must match the server's."
+# The key of every session's cache salt. Several app processes in front of one server may share it
+# (LOOKAHEAD_CACHE_SALT_SECRET); else each process draws its own, and a restart starts every session cold.
+SALT_SECRET = os.environ.get("LOOKAHEAD_CACHE_SALT_SECRET", "").encode() or secrets.token_bytes(32)
 APPROXIMATE = (
     "p_final is approximate here: the vLLM server returns its top {n} tokens only, and these settings "
     "need the rest of the distribution (see README)."
@@ -73,6 +85,13 @@ class Context:
     dropped: int  # leading tokens left out of the server's context window
     healed: str  # trailing whitespace backed up by token healing
     model: str
+    salt: str  # the session's cache salt
+
+
+def session_salt(model: str, session: str, secret: bytes = SALT_SECRET) -> str:
+    """The server's cache salt for one session's requests: unguessable without the secret, the same for every
+    request of that session (and model), so the session's own follow-ups still reuse its prefix."""
+    return hmac.new(secret, f"{model}\0{session}".encode(), hashlib.sha256).hexdigest()
 
 
 def next_token_logprobs(
@@ -163,7 +182,7 @@ class VLLMBackend:
         self, text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
         model_name: str | None, messages: tuple | None,
     ) -> dict:
-        context, allowed = self._context(text, messages, model_name, room=depth)
+        context, allowed = self._context(text, messages, model_name, session, room=depth)
         top, reused = self._next_tokens(context, max(10, n_branches))
         logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed)
         distribution = distribution_entries(logprobs, final, max(10, n_branches), context.tokenizer)
@@ -182,7 +201,7 @@ class VLLMBackend:
     def _distribution(
         self, text: str, k: int, sampling: Sampling, session: str, model_name: str | None, messages: tuple | None
     ) -> dict:
-        context, allowed = self._context(text, messages, model_name, room=1)
+        context, allowed = self._context(text, messages, model_name, session, room=1)
         top, _ = self._next_tokens(context, k)
         logprobs, final, _ = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed)
         return {"distribution": distribution_entries(logprobs, final, k, context.tokenizer)}
@@ -198,7 +217,7 @@ class VLLMBackend:
         dropped = window_start(len(all_ids), limit - 1, limit)
         ids = all_ids[dropped:]
         width = self.logprobs
-        body = {**self._fields(model, ids, max_tokens=1), "prompt_logprobs": max(k, width)}
+        body = {**self._fields(model, ids, 1, session_salt(model, session)), "prompt_logprobs": max(k, width)}
         answer = self._complete(body, needed=k, field="prompt_logprobs")
         rows = score_rows(ids, answer["choices"][0]["prompt_logprobs"], max(k, width))
         if dropped:
@@ -213,8 +232,8 @@ class VLLMBackend:
         }
 
     def _generate(
-        self, text: str, max_new_tokens: int, method: str, model_name: str | None, messages: tuple | None,
-        time_limit: float | None,
+        self, text: str, max_new_tokens: int, method: str, session: str, model_name: str | None,
+        messages: tuple | None, time_limit: float | None,
     ) -> Iterator[dict]:
         """The server's greedy continuation, streamed (one server step per token: `method` has no say here)."""
         model = model_name or default_model_name()
@@ -223,7 +242,7 @@ class VLLMBackend:
         ids = context_ids(tokenizer, text, as_dicts(messages))
         dropped = max(0, len(ids) - (limit - max_new_tokens))
         stops = eos_ids(load_generation_config(model))
-        body = {**self._fields(model, ids[dropped:], max_tokens=max_new_tokens), "stream": True,
+        body = {**self._fields(model, ids[dropped:], max_new_tokens, session_salt(model, session)), "stream": True,
                 "ignore_eos": False, "stop_token_ids": sorted(stops)}
         chunks = ([t for c in chunk.get("choices", []) for t in c.get("token_ids") or []] for chunk in self._stream(body))
         passes = ((tokens, ["step"] * len(tokens)) for tokens in chunks if tokens)
@@ -232,7 +251,7 @@ class VLLMBackend:
     # What the tasks share
 
     def _context(
-        self, text: str, messages: tuple | None, model_name: str | None, room: int
+        self, text: str, messages: tuple | None, model_name: str | None, session: str, room: int
     ) -> tuple[Context, torch.Tensor | None]:
         """Tokenize as in-process (healing, chat template, the context window's start); the healing mask."""
         model = model_name or default_model_name()
@@ -242,7 +261,7 @@ class VLLMBackend:
         ids = context_ids(tokenizer, prefix, as_dicts(messages))
         dropped = window_start(len(ids), limit - room, limit)
         allowed = allowed_first_tokens(tokenizer, healed, len(tokenizer), torch.device("cpu")) if healed else None
-        return Context(tokenizer, ids[dropped:], dropped, healed, model), allowed
+        return Context(tokenizer, ids[dropped:], dropped, healed, model, session_salt(model, session)), allowed
 
     def _info(self, context: Context, reused: int, exact: bool) -> dict:
         info = context_info(context.model, self.device, len(context.ids), reused, context.dropped, context.healed)
@@ -252,7 +271,7 @@ class VLLMBackend:
 
     def _next_tokens(self, context: Context, needed: int) -> tuple[dict[int, float], int]:
         """The server's top log-probabilities after the context (at least `needed` of them), and its cached tokens."""
-        body = {**self._fields(context.model, context.ids, max_tokens=1), "logprobs": max(needed, self.logprobs)}
+        body = {**self._fields(context.model, context.ids, 1, context.salt), "logprobs": max(needed, self.logprobs)}
         answer = self._complete(body, needed=needed, field="logprobs")
         top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
         return {int(token.removeprefix("token_id:")): lp for token, lp in top.items()}, _cached_tokens(answer)
@@ -268,20 +287,21 @@ class VLLMBackend:
             drawn = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
         else:  # greedy by p_final is the best token after the repetition penalty: the other settings keep it
             drawn = {}
-        body = self._fields(context.model, prompts, depth - 1, repetition_penalty=sampling.repetition_penalty,
-                            seed=seed, **drawn)
+        body = self._fields(context.model, prompts, depth - 1, context.salt,
+                            repetition_penalty=sampling.repetition_penalty, seed=seed, **drawn)
         choices = sorted(self._complete(body)["choices"], key=lambda c: c["index"])
         return [[first, *choice["token_ids"]] for first, choice in zip(firsts, choices)]
 
     @staticmethod
     def _fields(
-        model: str, prompt: list, max_tokens: int, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-        repetition_penalty: float = 1.0, seed: int = 0,
+        model: str, prompt: list, max_tokens: int, salt: str, temperature: float = 0.0, top_k: int = 0,
+        top_p: float = 1.0, repetition_penalty: float = 1.0, seed: int = 0,
     ) -> dict:
         """Every field of a completion request, explicit (the server's defaults would replace omitted ones); greedy
-        unless given a temperature."""
+        unless given a temperature. `salt`: the session's (`session_salt`), so its cache is its own."""
         return {
             "model": model,
+            "cache_salt": salt,
             "prompt": prompt,
             "max_tokens": max_tokens,
             "n": 1,
@@ -304,7 +324,8 @@ class VLLMBackend:
 
     def _model(self, name: str) -> Served:
         """The server's description of `name`, checked once per connection: it must serve that model, tokenized as here."""
-        if name not in self._served:
+        known = self._served.get(name)  # one read: another thread may clear the dict at any time
+        if known is None:
             models = self._get("/models")["data"]
             served = {m["id"]: m for m in models}
             if name not in served:
@@ -320,8 +341,8 @@ class VLLMBackend:
                     f"The vLLM server at {self.url} serves a model named {name!r} whose tokenizer is not {name!r}'s "
                     "here: a different model is behind that URL."
                 )
-            self._served[name] = Served(name, int(served[name]["max_model_len"]))
-        return self._served[name]
+            known = self._served[name] = Served(name, int(served[name]["max_model_len"]))
+        return known
 
     def _complete(self, body: dict, needed: int = 0, field: str = "") -> dict:
         """POST /completions; if the server allows fewer log-probabilities than asked (but `needed`), ask for those."""

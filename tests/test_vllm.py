@@ -190,6 +190,47 @@ def test_the_servers_prefix_cache_is_reported_as_reused_tokens(vllm):
     assert 0 < again["reused_tokens"] <= again["context_tokens"]
 
 
+LETTER = (
+    "Dear Dr. Ellison, I am writing to tell you in confidence that I have decided to leave the Harwick project at "
+    "the end of March. The reasons are personal, and I would ask you not to share this with the rest of the team "
+    "until I have spoken to Margaret myself. I have told no one else, not even my brother, and I would like it to "
+    "stay that way for now. My account number for the final payment is 4417 2290 0186, at the Northbridge branch, "
+    "and the handover notes are in the grey folder on the second shelf of my office."
+)
+
+
+def test_one_visitors_text_cannot_be_probed_through_the_servers_prefix_cache(vllm):
+    """A guess at another session's text reuses nothing, right or wrong; a session still reuses its own."""
+    right = LETTER[: 3 * len(LETTER) // 4]  # the letter's first three quarters: two blocks of 32 tokens and more
+    wrong = "Hello Dr. Ellison, " + right.split(",", 1)[1]
+    assert len(cli.load_model()[1](right)["input_ids"]) > 64
+    for task in (lambda text, session: cli.lookahead(text, 3, 2, session=session),
+                 lambda text, session: cli.token_probabilities(text, 3, session=session)):
+        task(LETTER, "victim")
+        assert task(wrong, "attacker")["reused_tokens"] == 0
+        assert task(right, "attacker")["reused_tokens"] == 0, "the right guess is not told apart from a wrong one"
+    again = cli.lookahead(LETTER + " Yours,", 3, 2, session="victim")
+    assert again["reused_tokens"] >= 64, "the session's own follow-up reuses its prefix"
+    assert cli.lookahead(LETTER, 3, 2, session="another visitor")["reused_tokens"] == 0
+
+
+def test_every_request_carries_the_sessions_salt(vllm, monkeypatch):
+    sent = []
+    post, stream = vllm._post, vllm._stream
+    monkeypatch.setattr(vllm, "_post", lambda path, body, root=False: sent.append(body) or post(path, body, root))
+    monkeypatch.setattr(vllm, "_stream", lambda body: sent.append(body) or stream(body))
+    cli.lookahead(TEXTS[0], 3, 2, session="s")
+    cli.next_token_distribution(TEXTS[0], session="s")
+    cli.token_probabilities(TEXTS[0], session="s")
+    cli.generate(TEXTS[0], 3, session="s")
+    completions = [body for body in sent if "max_tokens" in body]
+    assert len(completions) >= 4
+    assert {body["cache_salt"] for body in completions} == {vllm_backend.session_salt(EMBEDDED_MODEL, "s")}
+    assert vllm_backend.session_salt(EMBEDDED_MODEL, "s") != vllm_backend.session_salt(EMBEDDED_MODEL, "t")
+    assert vllm_backend.session_salt(EMBEDDED_MODEL, "s", b"another secret") != vllm_backend.session_salt(
+        EMBEDDED_MODEL, "s"), "unguessable without the app's secret"
+
+
 def test_text_longer_than_the_servers_context_keeps_its_end(vllm):
     text = "All work and no play makes Jack a dull boy. " * 500  # ~5.5k tokens; the server's window: 4096
     result = cli.lookahead(text, 3, 2)
