@@ -16,7 +16,8 @@ import gradio as gr
 import custom_llm_inference as cli
 from history import History
 from ui.chat import MODES as CHAT_MODES
-from ui.chat import TEXT_LABELS, awaiting_user, messages_for, with_reply, with_user_message
+from ui.chat import TEXT_LABELS, awaiting_user, messages_for, started_by, with_reply, with_user_message
+from ui.errors import handled, refuse
 from ui.heatmap import HEATMAP_JS, MODES, heatmap_view
 from ui.ordering import SessionOrder
 from ui.scripts import (
@@ -34,8 +35,6 @@ HEATMAP_ALTERNATIVES = 5  # per token, in the heatmap's details
 # Every visitor is answered: room for this many waiting events (on a ZeroGPU Space gradio
 # would otherwise let one event wait and turn the rest away with "Queue is full").
 QUEUE_SIZE = 512
-# What a visitor is told, as an error message, instead of a traceback: bad input, or a server that can't answer.
-USER_ERRORS = (ValueError, cli.BackendError)
 # While the writer reads, compute what each shown branch gives if taken (LOOKAHEAD_PRECOMPUTE=0: off).
 PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 
@@ -81,15 +80,12 @@ def suggest(
                   else "Type something to see where the model could go next.")
         return (None, *hidden, "", status, history, tree_view(history), history_changes(history), "", None)
     if seed is None:
-        raise gr.Error("Give a seed (a whole number, 0 or more).")
+        raise refuse("Give a seed (a whole number, 0 or more).")
     start = time.perf_counter()
-    try:
-        result = cli.lookahead(
-            text, int(n_branches), int(depth), temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
-            session=session_key(request), model_name=model_name, messages=messages, precompute=PRECOMPUTE,
-        )
-    except USER_ERRORS as error:
-        raise gr.Error(str(error)) from None
+    result = cli.lookahead(
+        text, int(n_branches), int(depth), temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
+        session=session_key(request), model_name=model_name, messages=messages, precompute=PRECOMPUTE,
+    )
     ms = 1000 * (time.perf_counter() - start)
     buttons = [gr.update(value=branch_label(b), visible=True) for b in result["branches"]]
     buttons += [gr.update(visible=False)] * (MAX_BUTTONS - len(buttons))
@@ -116,12 +112,9 @@ def show_heatmap(
         return "", None
     if not shown or shown[0] != text or shown[1]["model"] != model_name:
         messages = messages_for(chat_mode, system_prompt, conversation)
-        try:
-            result = cli.token_probabilities(
-                text, HEATMAP_ALTERNATIVES, session=session_key(request), model_name=model_name, messages=messages
-            )
-        except USER_ERRORS as error:
-            raise gr.Error(str(error)) from None
+        result = cli.token_probabilities(
+            text, HEATMAP_ALTERNATIVES, session=session_key(request), model_name=model_name, messages=messages
+        )
         shown = (text, result)
     return heatmap_view(text, shown[1], colour_by, threshold), shown
 
@@ -129,16 +122,16 @@ def show_heatmap(
 def rewind(text: str, heatmap_shown: tuple[str, dict] | None, history: History, event: gr.EventData):
     """Put the clicked alternative in place of its token, dropping what followed; the old text stays in the tree."""
     if not heatmap_shown or heatmap_shown[0] != text:
-        raise gr.Error("The colours are being refreshed for your edit; try again in a moment.")
+        raise refuse("The colours are being refreshed for your edit; try again in a moment.")
     tokens = heatmap_shown[1]["tokens"]
     index = int(event.index)
     if not 0 <= index < len(tokens):
-        raise gr.Error("That token is no longer shown.")
+        raise refuse("That token is no longer shown.")
     alternative = next((a for a in tokens[index]["alternatives"] or [] if a["token_id"] == int(event.token_id)), None)
     if alternative is None:
-        raise gr.Error("That alternative is no longer shown.")
+        raise refuse("That alternative is no longer shown.")
     if "\ufffd" in alternative["token"]:
-        raise gr.Error("That alternative is part of a character split over several tokens.")
+        raise refuse("That alternative is part of a character split over several tokens.")
     history.fork(text[: tokens[index]["start"]] + alternative["token"], "rewind", [alternative["token_id"]])
     return history.text, history
 
@@ -151,7 +144,7 @@ def history_changes(history: History, whole: bool = False) -> str:
 def shown_for(text: str, shown: tuple[str, dict] | None) -> dict:
     """The result on screen, if it was computed for `text` (a click racing an edit is refused)."""
     if not shown or shown[0] != text:
-        raise gr.Error("The suggestions are being refreshed for your edit; try again in a moment.")
+        raise refuse("The suggestions are being refreshed for your edit; try again in a moment.")
     return shown[1]
 
 
@@ -159,7 +152,7 @@ def take_branch(index: int, text: str, shown: tuple[str, dict] | None, history: 
     """The text with branch `index` appended, exactly as the engine spelled it."""
     result = shown_for(text, shown)
     if index >= len(result["branches"]):
-        raise gr.Error("That branch is no longer shown.")
+        raise refuse("That branch is no longer shown.")
     branch = result["branches"][index]
     history.add(text + branch["text"], "branch", branch["token_ids"], node_settings(shown))
     if branch.get("ends"):
@@ -186,26 +179,30 @@ def take_branch_and_suggest(
 
 def send_user_message(text: str, message: str, conversation: list[dict], history: History):
     """The user's turn: a reply begun in the box goes first; the box then holds the next reply, empty."""
-    try:
-        conversation = with_user_message(text, message, conversation)
-    except USER_ERRORS as error:
-        raise gr.Error(str(error)) from None
+    conversation = with_user_message(text, message, conversation)
     history.add("", "turn", [], {"messages": conversation})
     return "", "", conversation, conversation, history
 
 
 def send_reply(text: str, conversation: list[dict], history: History):
     """The reply in the box becomes the assistant's turn; the next turn is the user's."""
-    try:
-        conversation = with_reply(text, conversation)
-    except USER_ERRORS as error:
-        raise gr.Error(str(error)) from None
+    conversation = with_reply(text, conversation)
     history.add("", "turn", [], {"messages": conversation})
     return "", conversation, conversation, history
 
 
-def switch_mode(chat_mode: str):
-    return gr.update(visible=chat_mode == "chat"), gr.update(label=TEXT_LABELS[chat_mode])
+def switch_mode(chat_mode: str, text: str, conversation: list[dict] | None, history: History):
+    """Show or hide the chat panel. A chat begun from plain text starts with that text as the user's first
+    message (a conversation opens with the user), the box then holding the reply; undo brings the text back."""
+    conversation = conversation or []
+    opened = started_by(chat_mode, text, conversation)
+    if opened != conversation:
+        history.add("", "turn", [], {"messages": opened})
+        gr.Info("Chat: your text is now the user's first message, and the box holds the assistant's reply. "
+                "Undo brings your text back.")
+        text = ""
+    box = gr.update(value=text, label=TEXT_LABELS[chat_mode])
+    return gr.update(visible=chat_mode == "chat"), box, opened, opened, history
 
 
 def force_token(text: str, shown: tuple[str, dict] | None, history: History, event: gr.EventData):
@@ -213,9 +210,9 @@ def force_token(text: str, shown: tuple[str, dict] | None, history: History, eve
     result = shown_for(text, shown)
     entry = next((d for d in result["distribution"] if d["token_id"] == event.token_id), None)
     if entry is None:
-        raise gr.Error("That token is no longer shown.")
+        raise refuse("That token is no longer shown.")
     if "\ufffd" in entry["token"]:
-        raise gr.Error("That token is part of a character split over several tokens; take a branch instead.")
+        raise refuse("That token is part of a character split over several tokens; take a branch instead.")
     piece = entry["token"][len(result["healed_whitespace"]) :]  # healing: the whitespace is in the text
     history.add(text + piece, "token", [entry["token_id"]], node_settings(shown))
     return history.text, history
@@ -223,7 +220,7 @@ def force_token(text: str, shown: tuple[str, dict] | None, history: History, eve
 
 def append_text(text: str, extra: str, shown: tuple[str, dict] | None, history: History):
     if not extra:
-        raise gr.Error("Type the text to append first.")
+        raise refuse("Type the text to append first.")
     history.add(text + extra, "append", [], node_settings(shown if shown and shown[0] == text else None))
     return history.text, history, ""
 
@@ -231,15 +228,13 @@ def append_text(text: str, extra: str, shown: tuple[str, dict] | None, history: 
 def move(history: History, step: str):
     """Undo (to the parent) or redo (to the child last visited)."""
     if not (history.undo() if step == "undo" else history.redo()):
-        raise gr.Error(f"Nothing to {step}.")
+        gr.Info(f"Nothing to {step}: this is the {'first' if step == 'undo' else 'latest'} step on this path.")
+        return (gr.skip(),) * 4
     return at_node(history)
 
 
 def select_node(history: History, event: gr.EventData):
-    try:
-        history.select(int(event.node))
-    except USER_ERRORS as error:
-        raise gr.Error(str(error)) from None
+    history.select(int(event.node))
     return at_node(history)
 
 
@@ -258,8 +253,8 @@ def import_history(history: History, event: gr.EventData):
     """Replace the session's tree with an exported one; its current node's text becomes the text."""
     try:
         imported = History.from_json(event.json)
-    except USER_ERRORS as error:
-        raise gr.Error(f"Could not import that file: {error}") from None
+    except ValueError as error:
+        raise refuse(f"Could not import that file: {error}") from None
     if imported.model != history.model:
         gr.Warning(f"This history was written with {imported.model}; suggestions now come from {history.model}.")
     return at_node(imported)
@@ -280,22 +275,21 @@ def restore(stored: str | None, history: History) -> tuple:
 
 def continue_text(
     text: str, n_tokens: int, lossless: bool, history: History, chat_mode: str, system_prompt: str,
-    conversation: list[dict], model_name: str,
+    conversation: list[dict], model_name: str, request: gr.Request,
 ):
     """Stream a greedy continuation into the text (in chat mode, the reply), then show which tokens came from
     accepted drafts."""
     messages = messages_for(chat_mode, system_prompt, conversation)
     if awaiting_user(chat_mode, text, conversation) or (not text and messages is None):
-        raise gr.Error("Write the user's message first." if messages is not None else "Type something to continue.")
+        raise refuse("Write the user's message first." if messages is not None else "Type something to continue.")
     if n_tokens is None:
-        raise gr.Error("Say how many tokens to continue by.")
+        raise refuse("Say how many tokens to continue by.")
     result = None
     method = "lookahead" if lossless else "greedy"
-    try:
-        for result in cli.generate_stream(text, int(n_tokens), method, messages=messages, model_name=model_name):
-            yield text + result["text"], gr.update(), f"{len(result['token_ids'])} tokens…", history
-    except USER_ERRORS as error:
-        raise gr.Error(str(error)) from None
+    results = cli.generate_stream(text, int(n_tokens), method, session=session_key(request), messages=messages,
+                                  model_name=model_name)
+    for result in results:
+        yield text + result["text"], gr.update(), f"{len(result['token_ids'])} tokens…", history
     history.add(text + result["text"], "continue", result["token_ids"], {"method": result["method"]})
     pieces = [(piece, SOURCE_LABELS[source]) for piece, source in
               zip(result["token_texts"], result["draft_source_per_token"])]
@@ -329,13 +323,10 @@ def api_lookahead(
 
     With `messages` (earlier turns), `text` is the assistant's reply being written (chat mode).
     """
-    try:
-        return cli.lookahead(
-            text, n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
-            session=session_key(request), messages=messages, model_name=offered(model_name),
-        )
-    except USER_ERRORS as error:
-        raise gr.Error(str(error)) from None
+    return cli.lookahead(
+        text, n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
+        session=session_key(request), messages=messages, model_name=offered(model_name),
+    )
 
 
 def api_token_probabilities(
@@ -343,26 +334,21 @@ def api_token_probabilities(
     request: gr.Request = None,
 ) -> dict:
     """Every token of `text` with its probability given what precedes it, rank, entropy and top-k alternatives."""
-    try:
-        return cli.token_probabilities(
-            text, k, session=session_key(request), messages=messages, model_name=offered(model_name)
-        )
-    except USER_ERRORS as error:
-        raise gr.Error(str(error)) from None
+    return cli.token_probabilities(
+        text, k, session=session_key(request), messages=messages, model_name=offered(model_name)
+    )
 
 
 def api_generate(
     text: str, max_new_tokens: int = 64, method: str = "lookahead", messages: list[dict] | None = None,
-    model_name: str | None = None,
+    model_name: str | None = None, request: gr.Request = None,
 ) -> Iterator[dict]:
     """Continue `text` greedily, streaming the growing result after every forward pass.
 
     "lookahead" gives the same tokens as "greedy" in fewer forward passes; `predict` returns the final result.
     """
-    try:
-        yield from cli.generate_stream(text, max_new_tokens, method, messages=messages, model_name=offered(model_name))
-    except USER_ERRORS as error:
-        raise gr.Error(str(error)) from None
+    yield from cli.generate_stream(text, max_new_tokens, method, session=session_key(request), messages=messages,
+                                   model_name=offered(model_name))
 
 
 def api_next_token_distribution(
@@ -371,13 +357,10 @@ def api_next_token_distribution(
     request: gr.Request = None,
 ) -> list:
     """The k next tokens of `text`, with prob (p_base), logprob, p_final and kept (see README)."""
-    try:
-        return cli.next_token_distribution(
-            text, k, temperature, top_k, top_p, repetition_penalty, session=session_key(request), messages=messages,
-            model_name=offered(model_name),
-        )
-    except USER_ERRORS as error:
-        raise gr.Error(str(error)) from None
+    return cli.next_token_distribution(
+        text, k, temperature, top_k, top_p, repetition_penalty, session=session_key(request), messages=messages,
+        model_name=offered(model_name),
+    )
 
 
 with gr.Blocks(title="Interactive Lookahead") as demo:
@@ -468,7 +451,12 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     # the history (an import and an update still running) never overwrite each other's result;
     # other visitors' events run meanwhile. Continuations have their own group, so a long one
     # never holds up anybody's suggestions.
-    ordered = SessionOrder().wrap
+    order = SessionOrder()
+
+    def ordered(fn):
+        """A handler that waits for its session's turn and reports failures as messages (ui/errors.py)."""
+        return order.wrap(handled(fn))
+
     private = dict(api_visibility="private", concurrency_id="interact")
     sampling_controls = [temperature, top_k, top_p, repetition_penalty, branch_mode]
     context_inputs = [chat_mode, system_prompt, conversation, model_choice]  # the context: mode, turns, model
@@ -488,10 +476,10 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     )
     history_sync.change(None, history_sync, None, js=SAVE_HISTORY_JS)
     history_resync.click(ordered(lambda h: history_changes(h, whole=True)), history, history_sync, **private)
-    preset.input(apply_preset, preset, sampling_controls, **private).then(**suggest_io)
+    preset.input(handled(apply_preset), preset, sampling_controls, **private).then(**suggest_io)
     gr.on(
         [temperature.release, top_k.release, top_p.release, repetition_penalty.release, branch_mode.input],
-        matching_preset, sampling_controls, preset, **private,
+        handled(matching_preset), sampling_controls, preset, **private,
     ).then(**suggest_io)
     for i, button in enumerate(branch_buttons):
         button.click(
@@ -515,7 +503,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         None, history_json, None, js=DOWNLOAD_JS
     )
     importer.upload(ordered(import_history), history, at_node_outputs, **private).success(**suggest_io)
-    chat_mode.input(switch_mode, chat_mode, [chat_panel, text], **private).then(**suggest_io)
+    chat_mode.input(ordered(switch_mode), [chat_mode, text, conversation, history],
+                    [chat_panel, text, conversation, conversation_view, history], **private).then(**suggest_io)
     gr.on([send_user_button.click, user_message.submit], ordered(send_user_message),
           [text, user_message, conversation, history], [text, user_message, conversation, conversation_view, history],
           **private).success(**suggest_io)
@@ -527,10 +516,10 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         [text, continuation, continuation_status, history], **{**private, "concurrency_id": "generate"},
     ).success(**suggest_io)
 
-    gr.api(api_lookahead, api_name="lookahead", concurrency_id="interact")
-    gr.api(api_generate, api_name="generate", concurrency_id="generate")
-    gr.api(api_next_token_distribution, api_name="next_token_distribution", concurrency_id="interact")
-    gr.api(api_token_probabilities, api_name="token_probabilities", concurrency_id="interact")
+    gr.api(handled(api_lookahead), api_name="lookahead", concurrency_id="interact")
+    gr.api(handled(api_generate), api_name="generate", concurrency_id="generate")
+    gr.api(handled(api_next_token_distribution), api_name="next_token_distribution", concurrency_id="interact")
+    gr.api(handled(api_token_probabilities), api_name="token_probabilities", concurrency_id="interact")
 
 
 def concurrency() -> int:

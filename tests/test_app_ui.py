@@ -9,9 +9,10 @@ from types import SimpleNamespace
 
 from app import (
     apply_preset, force_token, import_history, matching_preset, move, restore, send_reply, send_user_message,
-    take_branch,
+    switch_mode, take_branch,
 )
-from ui.chat import awaiting_user, messages_for
+from ui.chat import awaiting_user, messages_for, with_user_message
+from ui.errors import handled
 from history import History
 from ui.render import branch_label, distribution_plot, tree_view, visible
 
@@ -81,11 +82,10 @@ def test_undo_and_redo_walk_the_tree_and_say_when_there_is_nowhere_to_go():
     h.add("ab", "append")
     h.add("abc", "append")
     assert move(h, "undo")[0] == "ab" and move(h, "undo")[0] == "a"
-    with pytest.raises(gr.Error, match="Nothing to undo"):
-        move(h, "undo")
+    assert move(h, "undo") == (gr.skip(),) * 4, "a notice, not an error: nothing changes"
+    assert h.text == "a"
     assert move(h, "redo")[0] == "ab" and move(h, "redo")[0] == "abc"
-    with pytest.raises(gr.Error, match="Nothing to redo"):
-        move(h, "redo")
+    assert move(h, "redo") == (gr.skip(),) * 4 and h.text == "abc"
 
 
 def test_tree_view_marks_the_current_node_and_forks_and_escapes_text():
@@ -152,10 +152,63 @@ def test_chat_turns_are_recorded_in_the_history_and_come_back_with_its_nodes():
     h.add("2+2 equals 4.", "branch")
     text, conversation, _, h = send_reply("2+2 equals 4.", conversation, h)
     assert conversation[-1] == {"role": "assistant", "content": "2+2 equals 4."} and text == ""
-    with pytest.raises(gr.Error, match="Send a user message first"):
+    with pytest.raises(ValueError, match="Send a user message first"):
         send_reply("more", conversation, h)
     text, conversation, view, h = move(h, "undo")
     assert text == "2+2 equals 4." and conversation == view == [{"role": "user", "content": "What is 2+2?"}]
     assert messages_for("chat", "Be brief.", conversation)[0] == {"role": "system", "content": "Be brief."}
     assert messages_for("plain text", "Be brief.", conversation) is None
     assert awaiting_user("chat", "", []) and not awaiting_user("chat", "", conversation)
+    assert "assistant: 2+2␣equals␣4." in tree_view(h), "a turn's line says what was said"
+
+
+def test_hidden_and_untouched_chat_fields_arriving_as_none_are_empty():
+    """gradio sends None for the hidden system prompt and an untouched message box."""
+    assert messages_for("chat", None, None) == []
+    assert messages_for("chat", None, [{"role": "user", "content": "Hi"}]) == [{"role": "user", "content": "Hi"}]
+    assert awaiting_user("chat", None, None)
+    with pytest.raises(ValueError, match="Type the user's message"):
+        with_user_message("", None, None)
+
+
+def test_switching_to_chat_makes_the_text_the_users_first_message_and_undo_brings_it_back():
+    h = History.start("Tell me about lighthouses", "m")
+    panel, box, conversation, view, h = switch_mode("chat", "Tell me about lighthouses", None, h)
+    assert conversation == view == [{"role": "user", "content": "Tell me about lighthouses"}]
+    assert box["value"] == "" and panel["visible"] is True and h.conversation() == conversation
+    text, conversation, _, h = move(h, "undo")
+    assert text == "Tell me about lighthouses" and conversation == [], "nothing is lost"
+    _, box, kept, _, _ = switch_mode("chat", "a reply begun", [{"role": "user", "content": "Hi"}], h)
+    assert kept == [{"role": "user", "content": "Hi"}] and box["value"] == "a reply begun", "a chat under way is kept"
+    _, box, kept, _, _ = switch_mode("plain text", "a reply begun", kept, h)
+    assert box["value"] == "a reply begun" and kept == [{"role": "user", "content": "Hi"}]
+
+
+def test_a_reply_answering_no_user_message_is_refused_not_sent_as_a_turn():
+    with pytest.raises(ValueError, match="no user message comes before it"):
+        with_user_message("Some plain text", "Hello", [])
+    after_reply = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}]
+    with pytest.raises(ValueError, match="no user message comes before it"):
+        with_user_message("more", "Next question", after_reply)
+
+
+def test_handlers_turn_failures_into_messages_and_log_only_bugs(caplog):
+    def refuses(x):
+        raise ValueError("x must be positive")
+
+    def breaks(x):
+        return None.strip()
+
+    def streams(x):
+        yield 1
+        raise KeyError("lost")
+
+    with pytest.raises(gr.Error, match="x must be positive") as refused:
+        handled(refuses)(1)
+    assert refused.value.print_exception is False and not caplog.records, "bad input is not a bug"
+    with pytest.raises(gr.Error, match="went wrong on our side \\(AttributeError\\); nothing you wrote is lost"):
+        handled(breaks)(1)
+    with pytest.raises(gr.Error, match="KeyError"):
+        list(handled(streams)(1))
+    assert [r.levelname for r in caplog.records] == ["ERROR", "ERROR"] and caplog.records[0].exc_info, \
+        "a bug is logged with its traceback"

@@ -291,25 +291,29 @@ def test_the_heatmap_colours_the_text_shows_alternatives_and_rewinds_to_one(page
 
 
 def test_chat_mode_writes_the_reply_after_the_conversation(page):
-    page.locator("#chat-mode label").filter(has_text="chat").click()
+    question = "What is 2+2?"
+    type_text(page, question)
+    expect_suggestions_for(page, question)
+    page.locator("#chat-mode label").filter(has_text="chat").click()  # the text becomes the user's message
     expect(page.locator("#system-prompt")).to_be_visible()
-    page.locator("#text textarea").fill("")
-    expect(page.locator("#status")).to_contain_text("Write the user's message")
-    question = [{"role": "user", "content": "What is 2+2?"}]
-    page.locator("#user-message textarea").fill(question[0]["content"])
-    page.locator("#send-user").click()
-    shown = expect_suggestions_for(page, "", question)
+    conversation = [{"role": "user", "content": question}]
+    shown = expect_suggestions_for(page, "", conversation)
+    expect(page.locator("#conversation")).to_contain_text(question)
     page.locator("#branch-0").click()
     reply = shown["branches"][0]["text"]
-    shown = expect_suggestions_for(page, reply, question)
+    shown = expect_suggestions_for(page, reply, conversation)
     page.locator("#send-reply").click()
     expect(page.locator("#status")).to_contain_text("Write the user's message")
-    expect(page.locator("#conversation")).to_contain_text("What is 2+2?")
     expect(page.locator("#conversation")).to_contain_text(reply.strip())
     expect(page.locator("#text textarea")).to_have_value("")
+    page.locator("#system-prompt textarea").fill("You answer briefly.")
+    page.locator("#user-message textarea").fill("And 3+3?")
+    page.locator("#send-user").click()
+    conversation = [{"role": "system", "content": "You answer briefly."}, *conversation,
+                    {"role": "assistant", "content": reply}, {"role": "user", "content": "And 3+3?"}]
+    expect_suggestions_for(page, "", conversation)
     page.locator("#chat-mode label").filter(has_text="plain text").click()
     expect(page.locator("#system-prompt")).to_be_hidden()
-
 
 
 def test_switching_the_model_keeps_the_text_and_suggests_from_the_new_one(page, tiny_model_dirs):

@@ -10,27 +10,43 @@ MODES = ("plain text", "chat")
 TEXT_LABELS = {"plain text": "Your text", "chat": "The assistant's reply (being written)"}
 
 
-def messages_for(mode: str, system_prompt: str, conversation: list[dict]) -> list[dict] | None:
-    """What the engine's `messages` gets: None in plain text mode, else the system prompt and the turns."""
+def messages_for(mode: str, system_prompt: str | None, conversation: list[dict] | None) -> list[dict] | None:
+    """What the engine's `messages` gets: None in plain text mode, else the system prompt and the turns.
+
+    A hidden or untouched field arrives as None: no system prompt, no turns yet.
+    """
     if mode != "chat":
         return None
-    return ([{"role": "system", "content": system_prompt}] if system_prompt.strip() else []) + conversation
+    system = [{"role": "system", "content": system_prompt}] if system_prompt and system_prompt.strip() else []
+    return system + list(conversation or [])
 
 
-def awaiting_user(mode: str, text: str, conversation: list[dict]) -> bool:
+def awaiting_user(mode: str, text: str | None, conversation: list[dict] | None) -> bool:
     """In chat mode with no reply begun, the next turn is the user's (there is nothing to reply to yet)."""
     return mode == "chat" and not text and (not conversation or conversation[-1]["role"] == "assistant")
 
 
-def with_user_message(text: str, message: str, conversation: list[dict]) -> list[dict]:
+def started_by(mode: str, text: str | None, conversation: list[dict]) -> list[dict]:
+    """The conversation on switching to `mode`: a chat begun from plain text opens with that text as the
+    user's first message (a reply to nobody would make no sense); otherwise the conversation is unchanged."""
+    if mode == "chat" and text and not conversation:
+        return [{"role": "user", "content": text}]
+    return conversation
+
+
+def with_user_message(text: str | None, message: str | None, conversation: list[dict] | None) -> list[dict]:
     """The conversation after the user's `message` (a reply begun in the box is sent as a turn first)."""
-    if not message.strip():
+    conversation = list(conversation or [])
+    if not message or not message.strip():
         raise ValueError("Type the user's message first.")
+    if text and (not conversation or conversation[-1]["role"] != "user"):
+        raise ValueError("The box holds a reply, but no user message comes before it for it to answer: "
+                         "send the reply's text as the user's message instead, or clear the box.")
     before = [*conversation, {"role": "assistant", "content": text}] if text else conversation
     return [*before, {"role": "user", "content": message}]
 
 
-def with_reply(text: str, conversation: list[dict]) -> list[dict]:
+def with_reply(text: str | None, conversation: list[dict] | None) -> list[dict]:
     """The conversation after the assistant's reply `text`, sent as a turn."""
     if not text:
         raise ValueError("Write the reply first (click a branch, type, or press Continue).")

@@ -75,7 +75,11 @@ def tree_view(history: History, rows: int = TREE_ROWS) -> str:
     lines = [_more_line(first, "earlier")] if first else []
     for node, indent in all_rows[first : first + rows]:
         parent = history.nodes[node.parent].text if node.parent is not None else None
-        if parent is not None and node.text.startswith(parent):
+        turns = node.settings.get("messages") if node.kind == "turn" else None
+        if turns:  # a sent turn: what was said, not the (empty) box
+            label = f"{turns[-1]['role']}: " + ("…" if len(turns[-1]["content"]) > 40 else "") + visible(
+                turns[-1]["content"][-40:])
+        elif parent is not None and node.text.startswith(parent):
             label = "+" + visible(node.text[len(parent) :])
         else:
             label = ("…" if len(node.text) > 40 else "") + visible(node.text[-40:]) or "(empty)"

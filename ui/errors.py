@@ -1,0 +1,67 @@
+"""What a visitor is told when a handler cannot do what was asked: a message, never a traceback.
+
+Three kinds, kept apart so the server's log holds only what a maintainer must look at:
+- a refusal (`refuse`): bad input, a server that cannot answer, a click that raced an edit. The
+  visitor reads why in a red toast; nothing is logged (it is not a bug).
+- a notice (`gr.Info`, from the handler itself): an expected state, such as nothing to undo.
+- anything else is a bug: `handled` logs it with its traceback and tells the visitor, in words,
+  that it failed on the app's side and that their text is kept.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable
+
+import gradio as gr
+
+from lookahead.backend import BackendError
+
+log = logging.getLogger("app")
+# Raised by the engine for input it refuses (the message says why) or a backend that cannot answer.
+VISITOR_ERRORS = (ValueError, BackendError)
+
+
+def refuse(message: str) -> gr.Error:
+    """A red toast with `message`, and no traceback in the log: the visitor's input, not the app, is at fault."""
+    return gr.Error(message, print_exception=False)
+
+
+def handled(fn: Callable) -> Callable:
+    """`fn` (a function or generator) as a handler whose failures reach the visitor as messages.
+
+    The signature stays `fn`'s (functools.wraps), so gradio passes the same inputs and documents the same API.
+    """
+
+    def failed(error: Exception) -> gr.Error:
+        if isinstance(error, gr.Error):
+            return error
+        if isinstance(error, VISITOR_ERRORS):
+            return refuse(str(error))
+        log.exception("%s failed", fn.__name__)
+        return refuse(
+            f"Something went wrong on our side ({type(error).__name__}); nothing you wrote is lost. "
+            "Try again, and if it happens again, reload the page."
+        )
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            try:
+                yield from fn(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - each kind is told apart in `failed`
+                raise failed(error) from None
+
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - each kind is told apart in `failed`
+            raise failed(error) from None
+
+    return call
