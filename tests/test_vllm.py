@@ -231,6 +231,31 @@ def test_every_request_carries_the_sessions_salt(vllm, monkeypatch):
         EMBEDDED_MODEL, "s"), "unguessable without the app's secret"
 
 
+def test_calls_from_several_threads_while_the_adapter_forgets_its_model_check(vllm):
+    """The adapter's shared state (the checked models, cleared after any fault) under threads: same answers."""
+    import random
+    import time
+
+    from test_stress import SECONDS, run_threads, until
+
+    alone = {text: cli.lookahead(text, 3, 2, session=f"alone {i}") for i, text in enumerate(TEXTS)}
+
+    def caller(rng: random.Random) -> None:
+        for _ in range(4):
+            text = rng.choice(TEXTS)
+            result = cli.lookahead(text, 3, 2, session=f"thread {rng.random()}")
+            assert [b["token_ids"] for b in result["branches"]] == [b["token_ids"] for b in alone[text]["branches"]]
+            assert_same_distribution(result["distribution"], alone[text]["distribution"])
+
+    def forgetter(rng: random.Random) -> None:
+        going = until(SECONDS)
+        while going():
+            vllm._served.clear()
+            time.sleep(rng.random() * 0.02)
+
+    run_threads([caller, caller, caller, forgetter])
+
+
 def test_text_longer_than_the_servers_context_keeps_its_end(vllm):
     text = "All work and no play makes Jack a dull boy. " * 500  # ~5.5k tokens; the server's window: 4096
     result = cli.lookahead(text, 3, 2)
