@@ -196,12 +196,12 @@ def switch_mode(chat_mode: str, text: str, conversation: list[dict] | None, hist
     message (a conversation opens with the user), the box then holding the reply; undo brings the text back."""
     conversation = conversation or []
     opened = started_by(chat_mode, text, conversation)
+    box = gr.update(label=TEXT_LABELS[chat_mode])  # the text as it is (the writer may have typed on meanwhile) ...
     if opened != conversation:
         history.add("", "turn", [], {"messages": opened})
         gr.Info("Chat: your text is now the user's first message, and the box holds the assistant's reply. "
                 "Undo brings your text back.")
-        text = ""
-    box = gr.update(value=text, label=TEXT_LABELS[chat_mode])
+        box["value"] = ""  # ... unless it moved into the conversation
     return gr.update(visible=chat_mode == "chat"), box, opened, opened, history
 
 
