@@ -35,7 +35,9 @@ from lookahead.branches import Lookahead, get_lookahead_sequences
 from lookahead.chat import as_dicts, check_messages, check_template, context_ids, encode
 from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.healing import allowed_first_tokens, split_for_healing
-from lookahead.models import available_models, default_model_name, load_model, load_tokenizer, on_zero_gpu
+from lookahead.models import (
+    available_models, default_model_name, load_model, load_tokenizer, model_pass_costs, on_zero_gpu,
+)
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.results import (
     Continuation, branch_entries, context_info, distribution_entries, eos_ids, token_entries, window_start,
@@ -74,7 +76,7 @@ MAX_DEPTH = 16
 MAX_TOP_K = 200
 MAX_NEW_TOKENS = 1024
 MAX_TEXT_CHARS = 1_000_000  # far past any model's context; keeps tokenizing a pasted book bounded
-GENERATION_METHODS = {"greedy": greedy_passes, "lookahead": lookahead_passes}
+GENERATION_METHODS = ("greedy", "lookahead")
 
 # GPU time asked of ZeroGPU per call (before its duration factor, 1.5 on current hardware).
 # The request is checked against the visitor's remaining quota (~2 minutes for an anonymous
@@ -476,7 +478,11 @@ def _generation(
     ids = context_ids(tokenizer, text, as_dicts(messages))
     dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
     continuation = Continuation(tokenizer, method, model_name or default_model_name(), dropped)
-    steps = GENERATION_METHODS[method](model, ids[dropped:], max_new_tokens, eos_ids(model.generation_config))
+    stops = eos_ids(model.generation_config)
+    if method == "lookahead":
+        steps = lookahead_passes(model, ids[dropped:], max_new_tokens, stops, model_pass_costs(model_name))
+    else:
+        steps = greedy_passes(model, ids[dropped:], max_new_tokens, stops)
     yield from continuation.follow(((step.tokens, step.sources) for step in steps), time_limit)
 
 
@@ -517,7 +523,7 @@ def generate(
     in fewer forward passes (lookahead/decoding.py). Returns {"text", "token_ids",
     "token_texts" (each token's piece of "text"), "forward_passes" (the prompt's pass
     included, which gives the first token), "tokens_per_pass", "seconds", "accepted_per_pass",
-    "draft_source_per_token" ("step", "jacobi" or "ngram"), "method", "model",
+    "draft_source_per_token" ("step", "ngram", "recycled" or "jacobi"), "method", "model",
     "truncated_tokens", "stopped_for_time" (on ZeroGPU: stopped early to stay inside the
     GPU time it asked for)}. `session` is the caller's, as for `lookahead` (a vLLM server keeps its cache by it).
     """

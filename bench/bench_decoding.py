@@ -5,13 +5,19 @@ Methods, timed in the same run on the embedded model (greedy, fp32, same tokens)
   hf-prompt-lookup model.generate(do_sample=False, prompt_lookup_num_tokens=10)
   greedy           custom_llm_inference.generate(method="greedy"): our plain cached loop
   lookahead        custom_llm_inference.generate(method="lookahead")
-Run: python bench/bench_decoding.py [--new-tokens 64] [--repeats 2]
+Against the physical limit, as gpt-fast prints it: lookahead's tokens/s and passes/s, and the weight
+bytes its passes read per second against this machine's memory bandwidth (bench_passes.py measures
+both); and which draft source gave the accepted guesses.
+Run: python bench/bench_decoding.py [--new-tokens 96] [--repeats 2]
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import inspect
+import json
+import shlex
 import statistics
 import sys
 import textwrap
@@ -22,9 +28,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import custom_llm_inference as cli  # noqa: E402
+from bench_passes import memory_bandwidth_gb_s, weight_bytes  # noqa: E402
+from lookahead.cpu_linear import cpu_model  # noqa: E402
+from lookahead.models import model_pass_costs  # noqa: E402
 
 PROMPTS = {
     "code": textwrap.dedent(inspect.getsource(textwrap.TextWrapper._wrap_chunks))[:2500],
+    "code-json": textwrap.dedent(inspect.getsource(json.JSONDecoder.raw_decode))[:1500],
+    "code-shlex": textwrap.dedent(inspect.getsource(shlex.shlex.read_token))[:1200],
     "prose": "The lighthouse stood at the edge of the world. Every evening the keeper climbed its hundred "
     "steps, lit the great lamp, and watched the sea. One night, a ship appeared on the horizon that",
     "code-repetition": "".join(f"def test_add_{i}():\n    assert add({i}, {i}) == {2 * i}\n\n\n" for i in range(1, 4))
@@ -38,15 +49,19 @@ PROMPTS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     model, tokenizer = cli.load_model()
     n = args.new_tokens
-    print(f"model {cli.default_model_name()} on {model.device}, torch threads {torch.get_num_threads()}, "
-          f"{n} new tokens, median of {args.repeats}\n")
-    print("| prompt | hf-greedy tok/s | hf-prompt-lookup | greedy (ours) | **lookahead** | tokens/pass | passes |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    bandwidth, weights = memory_bandwidth_gb_s(), weight_bytes(model)
+    print(f"model {cli.default_model_name()} on {model.device} ({cpu_model()}), torch threads "
+          f"{torch.get_num_threads()}, {n} new tokens, median of {args.repeats}; memory bandwidth {bandwidth:.1f} GB/s, "
+          f"weights {weights / 1e6:.0f} MB\n")
+    print(model_pass_costs().table() + "\n")
+    print("| prompt | hf-greedy tok/s | hf-prompt-lookup | greedy (ours) | **lookahead** | tokens/pass | passes | "
+          "lookahead tok/s | passes/s | weights GB/s (of bandwidth) | accepted guesses by source |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for name, text in PROMPTS.items():
         ids = torch.tensor([tokenizer(text)["input_ids"]])
         runs = {
@@ -70,9 +85,13 @@ def main() -> None:
         detail = cli.generate(text, n, "lookahead")
         rate = {m: len(tokens[m]) / s for m, s in seconds.items()}
         ratio = lambda m: f"{rate[m] / rate['hf-greedy']:.2f}×"  # noqa: E731
+        passes_per_second = detail["forward_passes"] / seconds["lookahead"]
+        read = passes_per_second * weights / 1e9
+        guessed = collections.Counter(s for s in detail["draft_source_per_token"] if s != "step")
         print(f"| {name} | {rate['hf-greedy']:.1f} | {ratio('hf-prompt-lookup')} | {ratio('greedy')} | "
               f"**{ratio('lookahead')}** | {len(detail['token_ids']) / detail['forward_passes']:.2f} | "
-              f"{detail['forward_passes']} |", flush=True)
+              f"{detail['forward_passes']} | {rate['lookahead']:.1f} | {passes_per_second:.1f} | "
+              f"{read:.1f} ({read / bandwidth:.0%}) | {dict(guessed.most_common())} |", flush=True)
 
 
 if __name__ == "__main__":

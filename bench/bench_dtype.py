@@ -20,7 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_decoding import PROMPTS  # noqa: E402
-from lookahead.cpu_linear import use_skinny_linears  # noqa: E402
+from lookahead.cpu_linear import pass_costs, use_linear_path  # noqa: E402
 from lookahead.decoding import greedy_passes, lookahead_passes  # noqa: E402
 from lookahead.models import embedded_model_dir  # noqa: E402
 
@@ -47,12 +47,13 @@ def main() -> None:
     print("|---|---|---|---|")
     for dtype in (torch.float32, torch.bfloat16):
         model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype).eval()
-        use_skinny_linears(model)
+        costs = pass_costs(model, f"embedded {dtype}", None)  # measured for this dtype: its own curve
+        use_linear_path(model, costs.transposed_rows())
         for name, text in PROMPTS.items():
             ids = tokenizer(text)["input_ids"]
             with torch.inference_mode():
                 greedy = decode(greedy_passes(model, ids, args.new_tokens, eos))
-                lookahead = decode(lookahead_passes(model, ids, args.new_tokens, eos))
+                lookahead = decode(lookahead_passes(model, ids, args.new_tokens, eos, costs))
             reference.setdefault(name, greedy)
             show = lambda i: "same" if i is None else f"differ from token {i}"  # noqa: E731
             print(f"| {str(dtype).removeprefix('torch.')} | {name} | {show(first_difference(lookahead, greedy))} "

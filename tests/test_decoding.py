@@ -7,17 +7,19 @@ import pytest
 import torch
 
 import custom_llm_inference as cli
-from lookahead.cpu_linear import SkinnyLinear, use_skinny_linears
+from lookahead.cpu_linear import ROWS, MeasuredLinear, PassCosts, use_linear_path
 from lookahead.decoding import (
     JACOBI,
-    NARROW,
     NGRAM,
+    RECYCLED,
     STEP,
-    WIDE,
+    DraftTrie,
     NGramPool,
     _Planner,
-    chain_mask,
+    lookahead_passes,
+    tree_mask,
 )
+from lookahead.results import eos_ids
 
 PROMPTS = {
     "code": textwrap.dedent(inspect.getsource(textwrap.indent)),
@@ -44,7 +46,7 @@ def test_tokens_equal_transformers_greedy_generate(model_name, prompt, method):
     assert result["token_ids"] == expected
     assert sum(result["accepted_per_pass"]) == len(result["token_ids"]) == len(result["draft_source_per_token"])
     assert result["forward_passes"] == len(result["accepted_per_pass"])
-    assert set(result["draft_source_per_token"]) <= {STEP, JACOBI, NGRAM}
+    assert set(result["draft_source_per_token"]) <= {STEP, JACOBI, NGRAM, RECYCLED}
     assert result["text"] == tokenizer.decode(expected, skip_special_tokens=True) == "".join(result["token_texts"])
 
 
@@ -52,7 +54,7 @@ def test_repetitive_text_takes_fewer_passes_than_tokens(embedded):
     result = cli.generate(PROMPTS["repetition"], 30, "lookahead")
     assert result["forward_passes"] < len(result["token_ids"])
     assert max(result["accepted_per_pass"]) > 1
-    assert NGRAM in result["draft_source_per_token"] or JACOBI in result["draft_source_per_token"]
+    assert set(result["draft_source_per_token"]) & {NGRAM, JACOBI, RECYCLED}
     greedy = cli.generate(PROMPTS["repetition"], 30, "greedy")
     assert greedy["forward_passes"] == len(greedy["token_ids"]) and set(greedy["draft_source_per_token"]) == {STEP}
 
@@ -123,37 +125,85 @@ def test_pool_offers_jacobi_ngrams_after_text_matches():
     assert len(pool.jacobi[6]) <= 3, "the pool keeps only the newest few n-grams per token"
 
 
-def test_chain_mask_lets_each_chain_see_the_cache_x_and_its_own_past():
-    mask = chain_mask(past=2, chains=[2, 1], dtype=torch.float32, device=torch.device("cpu"))
+def test_a_draft_trie_shares_the_prefixes_of_its_drafts():
+    trie = DraftTrie([7])
+    assert trie.add([1, 2, 3], NGRAM, 10) == [1, 2, 3]
+    assert trie.add([1, 2, 4, 5], RECYCLED, 10) == [1, 2, 4, 5], "1 2 is shared: only 4 and 5 are new"
+    assert trie.tokens == [7, 1, 2, 3, 4, 5] and trie.parents == [-1, 0, 1, 2, 2, 4]
+    assert trie.depths == [0, 1, 2, 3, 3, 4] and trie.sources == [STEP, NGRAM, NGRAM, NGRAM, RECYCLED, RECYCLED]
+    assert trie.add([9, 9, 9], JACOBI, 1) == [6], "room for one node only"
+    assert trie.add([1, 2, 3], JACOBI, 0) == [1, 2, 3], "no room needed to find what is there"
+
+
+def test_tree_mask_lets_each_node_see_the_cache_and_its_ancestors():
+    mask = tree_mask(past=2, parents=[-1, 0, 1, 0], dtype=torch.float32, device=torch.device("cpu"))
     visible = (mask[0, 0] == 0).int().tolist()
     assert visible == [
         [1, 1, 1, 0, 0, 0],  # x
-        [1, 1, 1, 1, 0, 0],  # chain 1, token 1
-        [1, 1, 1, 1, 1, 0],  # chain 1, token 2
-        [1, 1, 1, 0, 0, 1],  # chain 2, token 1
+        [1, 1, 1, 1, 0, 0],  # x's first child
+        [1, 1, 1, 1, 1, 0],  # its child
+        [1, 1, 1, 0, 0, 1],  # x's second child
     ]
 
 
-def test_planner_guesses_narrow_until_a_pass_accepts_that_many_then_wide():
-    pool = NGramPool([7, 1, 2, 3, 4, 5, 6, 8, 9, 7])  # "7" was followed by 1 2 3 ...
-    planner = _Planner()
-    chains, _ = planner.plan(pool, x=7)
-    assert sum(len(c) for c, _ in chains) == NARROW
-    planner.update(window_accepted=0, ngram_accepted=NARROW, accepted=NARROW)
-    chains, w = planner.plan(pool, x=7)
-    assert chains[0] == ([1, 2, 3, 4, 5, 6, 8, 9], NGRAM), "the draft that matched goes first, at full length"
-    assert NARROW < sum(len(c) for c, _ in chains) <= WIDE
-    assert w is not None and chains[w][1] == JACOBI, "the window rides along in the room left"
-    planner.update(window_accepted=0, ngram_accepted=0, accepted=0)
-    assert sum(len(c) for c, _ in planner.plan(pool, x=7)[0]) == NARROW, "nothing accepted: narrow again"
+def costs(seconds) -> PassCosts:
+    return PassCosts(ROWS, {"linear": tuple(seconds(n) for n in ROWS)}, "test")
 
 
-def test_skinny_linear_matches_nn_linear_for_any_number_of_rows():
+def test_the_planner_guesses_as_far_as_the_measured_curve_and_the_acceptance_pay():
+    flat, steep = costs(lambda n: 1.0), costs(lambda n: float(n))
+    planner = _Planner(flat)
+    assert planner.width(8) == 8, "passes cost the same at any width: guess all the draft has"
+    assert _Planner(steep).width(8) == 0, "a pass costs as much per token as plain steps: guessing never pays"
+    planner.accept = [0.9, 0.9, 0.1] + [0.1] * 5
+    kneed = costs(lambda n: 1.0 if n <= 3 else 1.0 + 0.1 * (n - 3))
+    assert _Planner(kneed, accept=planner.accept).width(8) == 2, "past the knee, unlikely guesses do not pay"
+
+
+def test_the_planner_learns_from_drafts_it_did_not_feed():
+    planner = _Planner(costs(lambda n: float(n)))
+    for _ in range(20):
+        planner.learn([([5, 6], NGRAM), ([9], RECYCLED)], produced=[5], fed=[4], logits=torch.zeros(1, 10))
+    assert planner.accept[0] > 0.99 and planner.gains[NGRAM] > planner.gains[RECYCLED]
+    assert planner.successors[4] == torch.zeros(10).topk(3).indices.tolist(), "the fed token's successors recorded"
+
+
+def test_plain_steps_when_guessing_cannot_pay_and_the_same_tokens_either_way(embedded):
+    model, tokenizer = embedded
+    ids = tokenizer(PROMPTS["repetition"])["input_ids"]
+    stops = eos_ids(model.generation_config)
+    steep = list(lookahead_passes(model, ids, 24, stops, costs(lambda n: float(n))))
+    flat = list(lookahead_passes(model, ids, 24, stops, costs(lambda n: 1.0)))
+    expected = transformers_greedy(model, tokenizer, PROMPTS["repetition"], 24)
+    assert [t for p in steep for t in p.tokens] == [t for p in flat for t in p.tokens] == expected
+    assert all(len(p.tokens) == 1 for p in steep), "one token per pass, as greedy"
+    assert len(flat) < len(steep) / 2, "where wide passes cost nothing, guesses are taken"
+
+
+def test_pass_costs_interpolate_and_choose_the_faster_path_per_width():
+    measured = PassCosts((1, 2, 4), {"linear": (1.0, 2.0, 2.0), "transposed": (1.5, 1.5, 3.0)}, "test")
+    assert measured(3) == 2.0 and measured(1) == 1.0 and measured(8) == 4.0, "past the widest: linear in n"
+    assert measured.faster_path(2) == "transposed" and measured.faster_path(4) == "linear"
+    assert measured.transposed_rows() == [2]
+    assert "| 2 | 2.0 | 1.5 | transposed |" in measured.table().replace("2000.0", "2.0").replace("1500.0", "1.5")
+
+
+def test_measured_linears_match_nn_linear_for_any_number_of_rows():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 8, bias=False))
     inputs = [torch.randn(shape) for shape in [(1, 1, 64), (1, 5, 64), (2, 3, 64), (7, 64), (1, 100, 64)]]
     expected = [model(x) for x in inputs]
-    use_skinny_linears(model)
-    assert isinstance(model[0], SkinnyLinear) and isinstance(model[2], SkinnyLinear)
+    use_linear_path(model, range(2, 33))
+    assert isinstance(model[0], MeasuredLinear) and model[2].transposed_rows == frozenset(range(2, 33))
     for x, want in zip(inputs, expected):
         torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-6)
+
+
+def test_the_loaded_model_uses_the_path_measured_faster_for_each_width(embedded):
+    from lookahead.models import model_pass_costs
+
+    model, _ = embedded
+    measured = model_pass_costs()
+    assert set(measured.seconds) == {"linear", "transposed"} and all(s > 0 for s in measured.seconds["linear"])
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m.transposed_rows == frozenset(measured.transposed_rows()) for m in linears)
