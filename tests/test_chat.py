@@ -99,7 +99,7 @@ def test_token_probabilities_list_the_reply_scored_after_the_conversation(chat_m
     assert ids[-len(reply_ids):] == reply_ids and result["context_tokens"] + result["truncated_tokens"] == len(ids)
     assert "".join(reply[t["start"] : t["end"]] for t in result["tokens"]) == reply
     for token, ref in zip(result["tokens"], reference[-len(reply_ids):]):
-        assert token["logprob"] == pytest.approx(ref["logprob"], abs=1e-4) and token["rank"] == ref["rank"]
+        assert token["logprob"] == pytest.approx(ref["logprob"], abs=1e-4) and token["rank"] in ref["ranks"]
 
 
 def test_generate_continues_the_reply_and_stops_at_the_end_of_the_turn(embedded):
