@@ -17,11 +17,14 @@ import custom_llm_inference as cli
 from history import History
 from ui.chat import MODES as CHAT_MODES
 from ui.chat import TEXT_LABELS, awaiting_user, messages_for, started_by, with_reply, with_user_message
+from ui.constrain import PRESETS as CONSTRAINT_PRESETS
+from ui.constrain import TYPES as CONSTRAINT_TYPES
+from ui.constrain import VALUE_LABELS, constraint_from, describe, in_force, preset_fields, stop_strings
 from ui.errors import handled, refuse
 from ui.heatmap import HEATMAP_JS, MODES, heatmap_view
 from ui.ordering import SessionOrder
 from ui.scripts import (
-    CLICK_TOKEN_JS, CSS, DOWNLOAD_JS, IMPORT_HTML, IMPORT_JS, KEYBOARD_JS, READ_STORED_JS, SAVE_HISTORY_JS,
+    CARET_JS, CLICK_TOKEN_JS, CSS, DOWNLOAD_JS, IMPORT_HTML, IMPORT_JS, KEYBOARD_JS, READ_STORED_JS, SAVE_HISTORY_JS,
     SELECT_NODE_JS,
 )
 from ui.render import branch_label, distribution_plot, tree_view
@@ -53,21 +56,26 @@ def apply_preset(name: str) -> list:
     """The sampling controls' values for a preset."""
     sampling, mode = cli.PRESETS[name]
     values = sampling.as_dict()
-    return [values["temperature"], values["top_k"], values["top_p"], values["repetition_penalty"], mode]
+    return [values["temperature"], values["top_k"], values["top_p"], values["repetition_penalty"],
+            values["presence_penalty"], values["frequency_penalty"], mode]
 
 
-def matching_preset(temperature: float, top_k: int, top_p: float, repetition_penalty: float, mode: str) -> str:
+def matching_preset(
+    temperature: float, top_k: int, top_p: float, repetition_penalty: float, presence_penalty: float,
+    frequency_penalty: float, mode: str,
+) -> str:
     for name in cli.PRESETS:
-        if apply_preset(name) == [temperature, top_k, top_p, repetition_penalty, mode]:
+        if apply_preset(name) == [temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty,
+                                  mode]:
             return name
     return "custom"
 
 
 def suggest(
     text: str, history: History, n_branches: int, depth: int, temperature: float, top_k: int, top_p: float,
-    repetition_penalty: float, branch_mode: str, seed: float | None, heatmap_on: bool, colour_by: str,
-    threshold: float, chat_mode: str, system_prompt: str, conversation: list[dict], model_name: str,
-    request: gr.Request,
+    repetition_penalty: float, presence_penalty: float, frequency_penalty: float, branch_mode: str,
+    seed: float | None, heatmap_on: bool, colour_by: str, threshold: float, chat_mode: str, system_prompt: str,
+    conversation: list[dict], model_name: str, constraint: dict | None, stops: str, request: gr.Request,
 ):
     """Recompute everything for `text`: branches, plot, status, heatmap. A typing pause becomes a history node.
 
@@ -87,6 +95,8 @@ def suggest(
     result = cli.lookahead(
         text, int(n_branches), int(depth), temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
         session=session_key(request), model_name=model_name, messages=messages, precompute=PRECOMPUTE,
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+        constraint=in_force(constraint, text), stop=stop_strings(stops),
     )
     ms = 1000 * (time.perf_counter() - start)
     buttons = [gr.update(value=branch_label(b), visible=True) for b in result["branches"]]
@@ -96,6 +106,8 @@ def suggest(
         f"{result['reused_tokens']} reused · {ms:.0f} ms · branches {result['branch_mode']}"
         + (f" (seed {result['seed']})" if result["branch_mode"] == "sample" else "")
     )
+    if constraint is not None:
+        status += f" · constrained ({constraint['type']})"
     if result["notice"]:
         status += f" · ⚠️ {result['notice']}"
     plot = distribution_plot(result["distribution"])
@@ -159,14 +171,17 @@ def take_branch(index: int, text: str, shown: tuple[str, dict] | None, history: 
     history.add(text + branch["text"], "branch", branch["token_ids"], node_settings(shown))
     if branch.get("ends"):
         gr.Info("The model would end here (the branch reached its end-of-sequence token).")
+    elif branch.get("stop"):
+        gr.Info(f"The branch stopped at the stop string {branch['stop']!r} (left out of the text).")
     return history.text, history
 
 
 def take_branch_and_suggest(
     index: int, text: str, shown: tuple[str, dict] | None, history: History, n_branches: int, depth: int,
-    temperature: float, top_k: int, top_p: float, repetition_penalty: float, branch_mode: str, seed: float | None,
-    heatmap_on: bool, colour_by: str, threshold: float, chat_mode: str, system_prompt: str, conversation: list[dict],
-    model_name: str, request: gr.Request,
+    temperature: float, top_k: int, top_p: float, repetition_penalty: float, presence_penalty: float,
+    frequency_penalty: float, branch_mode: str, seed: float | None, heatmap_on: bool, colour_by: str, threshold: float,
+    chat_mode: str, system_prompt: str, conversation: list[dict], model_name: str, constraint: dict | None, stops: str,
+    request: gr.Request,
 ):
     """A click: the branch appended and the new suggestions, in one event (they were precomputed while the
     writer read, so this is usually instant). In chat mode a branch that ends the reply sends it as a turn."""
@@ -174,8 +189,9 @@ def take_branch_and_suggest(
     replying = chat_mode == "chat" and conversation and conversation[-1]["role"] == "user"
     if replying and shown[1]["branches"][index].get("ends"):
         text, conversation, _, history = send_reply(text, conversation, history)
-    settings = (n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed, heatmap_on,
-                colour_by, threshold, chat_mode, system_prompt, conversation, model_name)
+    settings = (n_branches, depth, temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty,
+                branch_mode, seed, heatmap_on, colour_by, threshold, chat_mode, system_prompt, conversation, model_name,
+                constraint, stops)
     return (text, conversation, conversation, *suggest(text, history, *settings, request))
 
 
@@ -215,6 +231,8 @@ def force_token(text: str, shown: tuple[str, dict] | None, history: History, eve
         raise refuse("That token is no longer shown.")
     if "\ufffd" in entry["token"]:
         raise refuse("That token is part of a character split over several tokens; take a branch instead.")
+    if not entry.get("valid", True):
+        raise refuse("The constraint does not allow that token (✗); turn the constraint off to write it.")
     piece = entry["token"][len(result["healed_whitespace"]) :]  # healing: the whitespace is in the text
     history.add(text + piece, "token", [entry["token_id"]], node_settings(shown))
     return history.text, history
@@ -277,7 +295,7 @@ def restore(stored: str | None, history: History) -> tuple:
 
 def continue_text(
     text: str, n_tokens: int, lossless: bool, history: History, chat_mode: str, system_prompt: str,
-    conversation: list[dict], model_name: str, request: gr.Request,
+    conversation: list[dict], model_name: str, constraint: dict | None, stops: str, request: gr.Request,
 ):
     """Stream a greedy continuation into the text (in chat mode, the reply), then show which tokens came from
     accepted drafts."""
@@ -289,7 +307,7 @@ def continue_text(
     result = None
     method = "lookahead" if lossless else "greedy"
     results = cli.generate_stream(text, int(n_tokens), method, session=session_key(request), messages=messages,
-                                  model_name=model_name)
+                                  model_name=model_name, constraint=in_force(constraint, text), stop=stop_strings(stops))
     for result in results:
         yield text + result["text"], gr.update(), f"{len(result['token_ids'])} tokens…", history
     history.add(text + result["text"], "continue", result["token_ids"], {"method": result["method"]})
@@ -301,6 +319,7 @@ def continue_text(
         f"speed-up in passes over one token at a time) · {result['seconds']:.2f} s, "
         f"{n / result['seconds']:.1f} tokens/s"
         + (" · stopped early to stay within the GPU time it asked for" if result["stopped_for_time"] else "")
+        + (f" · stopped at {result['stop']!r}" if result["stop"] else "")
     )
     yield history.text, gr.update(value=pieces, visible=True), summary, history
 
@@ -319,15 +338,18 @@ def session_key(request: gr.Request | None) -> str:
 def api_lookahead(
     text: str, n_branches: int = 5, depth: int = 3, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
     repetition_penalty: float = 1.0, branch_mode: str = "greedy", seed: int = 0, messages: list[dict] | None = None,
-    model_name: str | None = None, request: gr.Request = None,
+    model_name: str | None = None, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+    constraint: dict | None = None, stop: list[str] | None = None, request: gr.Request = None,
 ) -> dict:
     """The n_branches best next tokens of `text` (by p_final), each continued to `depth` tokens (see README).
 
     With `messages` (earlier turns), `text` is the assistant's reply being written (chat mode).
+    `constraint`: {"type": "choice" | "regex" | "json_schema" | "grammar", "value", "start"}.
     """
     return cli.lookahead(
         text, n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
         session=session_key(request), messages=messages, model_name=offered(model_name),
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, constraint=constraint, stop=stop,
     )
 
 
@@ -343,25 +365,28 @@ def api_token_probabilities(
 
 def api_generate(
     text: str, max_new_tokens: int = 64, method: str = "lookahead", messages: list[dict] | None = None,
-    model_name: str | None = None, request: gr.Request = None,
+    model_name: str | None = None, constraint: dict | None = None, stop: list[str] | None = None,
+    request: gr.Request = None,
 ) -> Iterator[dict]:
     """Continue `text` greedily, streaming the growing result after every forward pass.
 
     "lookahead" gives the same tokens as "greedy" in fewer forward passes; `predict` returns the final result.
     """
     yield from cli.generate_stream(text, max_new_tokens, method, session=session_key(request), messages=messages,
-                                   model_name=offered(model_name))
+                                   model_name=offered(model_name), constraint=constraint, stop=stop)
 
 
 def api_next_token_distribution(
     text: str, k: int = 10, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
     repetition_penalty: float = 1.0, messages: list[dict] | None = None, model_name: str | None = None,
+    presence_penalty: float = 0.0, frequency_penalty: float = 0.0, constraint: dict | None = None,
     request: gr.Request = None,
 ) -> list:
-    """The k next tokens of `text`, with prob (p_base), logprob, p_final and kept (see README)."""
+    """The k next tokens of `text`, with prob (p_base), logprob, p_final, kept and valid (see README)."""
     return cli.next_token_distribution(
         text, k, temperature, top_k, top_p, repetition_penalty, session=session_key(request), messages=messages,
-        model_name=offered(model_name),
+        model_name=offered(model_name), presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+        constraint=constraint,
     )
 
 
@@ -409,6 +434,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
             with gr.Row():
                 n_tokens = gr.Number(64, minimum=1, maximum=256, step=1, precision=0, label="Tokens to continue")
                 lossless = gr.Checkbox(True, label="Lookahead decoding (same text, fewer passes)")
+                stops = gr.Textbox(label="Stop at (one per line; \\n is a newline)", lines=1, max_lines=4,
+                                   elem_id="stops", placeholder="e.g. .")
                 continue_button = gr.Button("Continue", elem_id="continue", variant="primary", scale=0, min_width=140)
             continuation = gr.HighlightedText(
                 label="Last continuation: where each token came from", color_map=SOURCE_COLORS,
@@ -441,6 +468,11 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 repetition_penalty = gr.Slider(
                     1.0, 2.0, value=1.0, step=0.05, label="Repetition penalty (1 = off)", elem_id="repetition-penalty"
                 )
+                with gr.Row():
+                    presence_penalty = gr.Slider(-2.0, 2.0, value=0.0, step=0.1, label="Presence penalty (0 = off)",
+                                                 elem_id="presence-penalty")
+                    frequency_penalty = gr.Slider(-2.0, 2.0, value=0.0, step=0.1, label="Frequency penalty (0 = off)",
+                                                  elem_id="frequency-penalty")
                 branch_mode = gr.Radio(
                     ["greedy", "sample"], value="greedy", label="Branches continue by", elem_id="branch-mode"
                 )
@@ -448,6 +480,18 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 with gr.Row():
                     n_branches = gr.Slider(1, MAX_BUTTONS, value=5, step=1, label="Branches")
                     depth = gr.Slider(1, 8, value=3, step=1, label="Depth (tokens per branch)")
+            with gr.Accordion("Constrain", open=False, elem_id="constrain-panel"):
+                constraint_preset = gr.Dropdown(list(CONSTRAINT_PRESETS), value=None, label="Preset",
+                                                elem_id="constraint-preset")
+                constraint_type = gr.Radio(list(CONSTRAINT_TYPES), value="choice", label="Type", elem_id="constraint-type")
+                constraint_value = gr.Textbox(label=VALUE_LABELS["choice"], lines=3, max_lines=12,
+                                              elem_id="constraint-value")
+                with gr.Row():
+                    constrain_button = gr.Button("Constrain from here", elem_id="constrain", size="sm")
+                    unconstrain_button = gr.Button("Off", elem_id="unconstrain", size="sm")
+                constraint_status = gr.Markdown(describe(None, ""), elem_id="constraint-status")
+                caret = gr.Number(visible=False)  # the text box's caret, read by CARET_JS
+    constraint = gr.State(None)  # the constraint in force, as the API takes it (ui/constrain.py)
 
     # A visitor's events run one at a time, in order (ui/ordering.py), so two that read and write
     # the history (an import and an update still running) never overwrite each other's result;
@@ -460,13 +504,13 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         return order.wrap(handled(fn))
 
     private = dict(api_visibility="private", concurrency_id="interact")
-    sampling_controls = [temperature, top_k, top_p, repetition_penalty, branch_mode]
+    sampling_controls = [temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty, branch_mode]
     context_inputs = [chat_mode, system_prompt, conversation, model_choice]  # the context: mode, turns, model
     at_node_outputs = [text, conversation, conversation_view, history]
     suggest_io = dict(
         fn=ordered(suggest),
         inputs=[text, history, n_branches, depth, *sampling_controls, seed, heatmap_on, heatmap_mode, threshold,
-                *context_inputs],
+                *context_inputs, constraint, stops],
         outputs=[shown, *branch_buttons, plot, status, history, tree, history_sync, heatmap, heatmap_shown],
         **private,
     )
@@ -480,7 +524,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     history_resync.click(ordered(lambda h: history_changes(h, whole=True)), history, history_sync, **private)
     preset.input(handled(apply_preset), preset, sampling_controls, **private).then(**suggest_io)
     gr.on(
-        [temperature.release, top_k.release, top_p.release, repetition_penalty.release, branch_mode.input],
+        [temperature.release, top_k.release, top_p.release, repetition_penalty.release, presence_penalty.release,
+         frequency_penalty.release, branch_mode.input],
         handled(matching_preset), sampling_controls, preset, **private,
     ).then(**suggest_io)
     for i, button in enumerate(branch_buttons):
@@ -514,9 +559,21 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                             [text, conversation, conversation_view, history], **private).success(**suggest_io)
     gr.on([system_prompt.blur, model_choice.input], **suggest_io)
     continue_button.click(
-        ordered(continue_text), [text, n_tokens, lossless, history, *context_inputs],
+        ordered(continue_text), [text, n_tokens, lossless, history, *context_inputs, constraint, stops],
         [text, continuation, continuation_status, history], **{**private, "concurrency_id": "generate"},
     ).success(**suggest_io)
+
+    constraint_preset.input(handled(preset_fields), constraint_preset, [constraint_type, constraint_value], **private)
+    constraint_type.change(lambda kind: gr.update(label=VALUE_LABELS[kind]), constraint_type, constraint_value,
+                           **private)
+    constrain_button.click(
+        handled(lambda kind, value, mode, at, t: (c := constraint_from(kind, value, mode, at, t), describe(c, t))),
+        [constraint_type, constraint_value, chat_mode, caret, text], [constraint, constraint_status], js=CARET_JS,
+        **private,
+    ).success(**suggest_io)
+    unconstrain_button.click(lambda: (None, describe(None, "")), None, [constraint, constraint_status],
+                             **private).then(**suggest_io)
+    stops.blur(**suggest_io)
 
     gr.api(handled(api_lookahead), api_name="lookahead", concurrency_id="interact")
     gr.api(handled(api_generate), api_name="generate", concurrency_id="generate")

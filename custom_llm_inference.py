@@ -16,6 +16,7 @@ the dicts both return. The in-process engine's tensor-level pieces live in the `
   lookahead/healing.py       text ending in whitespace
   lookahead/sampling.py      p_base -> p_final with transformers' logits processors; presets
   lookahead/decoding.py      greedy and lossless lookahead decoding for `generate`
+  lookahead/constraints.py   choices, regexes, JSON schemas and grammars the next tokens must follow
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from lookahead.backend import Backend, BackendError
 from lookahead.branches import Lookahead, get_lookahead_sequences
 from lookahead.chat import as_dicts, check_messages, check_template, context_ids, encode
+from lookahead.constraints import Constraint, Guide, MatcherStore, check_constraint, free_and_constrained, written_part_error
 from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.healing import allowed_first_tokens, split_for_healing
 from lookahead.models import (
-    available_models, default_model_name, load_model, load_tokenizer, model_pass_costs, on_zero_gpu,
+    available_models, default_model_name, load_generation_config, load_model, load_tokenizer, model_pass_costs,
+    on_zero_gpu,
 )
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.results import (
@@ -76,6 +79,8 @@ MAX_DEPTH = 16
 MAX_TOP_K = 200
 MAX_NEW_TOKENS = 1024
 MAX_TEXT_CHARS = 1_000_000  # far past any model's context; keeps tokenizing a pasted book bounded
+MAX_STOPS, MAX_STOP_CHARS = 8, 200
+REFUSED_SHOWN = 3  # a constrained lookahead's distribution ends with the likeliest tokens the constraint refuses
 GENERATION_METHODS = ("greedy", "lookahead")
 
 # GPU time asked of ZeroGPU per call (before its duration factor, 1.5 on current hardware).
@@ -89,6 +94,7 @@ Messages = tuple[tuple[str, str], ...]  # chat mode's earlier turns, (role, cont
 
 prefix_caches = PrefixCacheStore()
 speculator = Speculator(prefix_caches)
+matchers = MatcherStore()
 
 if on_zero_gpu():
     # ZeroGPU wants the models loaded (and moved to CUDA) at import time, outside GPU functions.
@@ -142,6 +148,38 @@ def _check_messages(messages: object, model_name: str | None) -> Messages | None
     return tuple((m["role"], m["content"]) for m in checked)
 
 
+def _check_constraint(constraint: object, text: str, model_name: str | None) -> Constraint | None:
+    """The constraint, compiled, and the part of `text` after its start checked against it."""
+    checked = check_constraint(constraint, text)
+    if checked is None:
+        return None
+    if not _backend.constrains:
+        raise ValueError("constraints run with the model in this process; the vLLM backend cannot apply them yet "
+                         "(leave out the constraint, or use the in-process backend)")
+    name = model_name or default_model_name()
+    error = written_part_error(checked, text, load_tokenizer(name), _eos(name))
+    if error:
+        raise ValueError(error)
+    return checked
+
+
+def _check_stop(stop: object) -> tuple[str, ...]:
+    """Stop strings as a tuple (hashable, for precomputation)."""
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = [stop]
+    if (not isinstance(stop, (list, tuple)) or len(stop) > MAX_STOPS
+            or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop)):
+        raise ValueError(f"stop must be a string or a list of at most {MAX_STOPS} non-empty strings of up to "
+                         f"{MAX_STOP_CHARS} characters, got {stop!r}"[:300])
+    return tuple(stop)
+
+
+def _eos(model_name: str | None) -> tuple[int, ...]:
+    return tuple(sorted(eos_ids(load_generation_config(model_name))))
+
+
 def _check_model_name(model_name: object) -> str | None:
     if model_name is not None and (not isinstance(model_name, str) or not model_name):
         raise ValueError(f"model_name must be a model's name or None, got {model_name!r}")
@@ -179,6 +217,7 @@ class InProcess:
     """The default backend: the model in this process (on ZeroGPU, in its GPU workers), sessions' caches kept here."""
 
     batches = False  # calls share this process's cores: serving several at once only splits them
+    constrains = True
 
     def serve(self, task: str, request: dict, precompute: bool = False) -> Iterator[dict]:
         if task == "scores":
@@ -250,8 +289,23 @@ def _distribution(run: _Run, sampling: Sampling, k: int, ids: list[int] | None =
     logits = run.result.next_token_logits.float()
     if run.allowed is not None:
         logits = logits.masked_fill(~run.allowed, float("-inf"))
-    final = sampling.final_scores(run.context, logits[None])[0]
-    return distribution_entries(torch.log_softmax(logits, -1), torch.log_softmax(final, -1), k, run.tokenizer, ids)
+    valid = run.result.valid
+    final = sampling.final_scores(run.context, logits[None], None if valid is None else valid[None])[0]
+    return distribution_entries(torch.log_softmax(logits, -1), torch.log_softmax(final, -1), k, run.tokenizer, ids,
+                                valid)
+
+
+def _refused(run: _Run, sampling: Sampling, listed: list[dict], n: int = REFUSED_SHOWN) -> list[dict]:
+    """Under a constraint, the n likeliest tokens (by p_base) it refuses that are not `listed` yet:
+    what the model wanted instead."""
+    if run.result.valid is None:
+        return []
+    logits = run.result.next_token_logits.float().masked_fill(run.result.valid, float("-inf"))
+    logits[[d["token_id"] for d in listed]] = float("-inf")
+    if run.allowed is not None:
+        logits = logits.masked_fill(~run.allowed, float("-inf"))
+    ids = logits.topk(min(n, int(torch.isfinite(logits).sum()))).indices.tolist()
+    return _distribution(run, sampling, len(ids), ids)
 
 
 class _Run(NamedTuple):
@@ -274,14 +328,15 @@ def _run(
     seed: int = 0,
     store: PrefixCacheStore | ScratchStore = prefix_caches,
     messages: Messages | None = None,
+    constraint: Constraint | None = None,
 ) -> _Run:
     """Tokenize (healing trailing whitespace), reuse the session's cache from `store`, and compute the branches."""
     model, tokenizer = load_model(model_name)
     prefix, healed = split_for_healing(text, tokenizer)
-    ids = context_ids(tokenizer, prefix, as_dicts(messages))
+    key = (model_name or default_model_name(), session)
+    ids, guide = _context_and_guide(model, tokenizer, text, prefix, messages, constraint, key)
     dropped = window_start(len(ids), _context_limit(model) - depth, _context_limit(model))
     ids = ids[dropped:]
-    key = (model_name or default_model_name(), session)
     cache, reused, known_scores = store.take(key, ids)
     allowed = None
     if healed:
@@ -289,7 +344,7 @@ def _run(
     context = torch.tensor([ids], device=model.device)
     generator = torch.Generator(device=model.device).manual_seed(seed)
     result = get_lookahead_sequences(
-        model, context, n_branches, depth, cache, allowed, sampling, branch_mode, generator, known_scores
+        model, context, n_branches, depth, cache, allowed, sampling, branch_mode, generator, known_scores, guide
     )
     continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
     store.put(key, ids, result.cache, continuations, result.scores)
@@ -297,12 +352,38 @@ def _run(
     return _Run(result, info, allowed, healed, tokenizer, context)
 
 
+def _context_and_guide(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, text: str, prefix: str, messages: Messages | None,
+    constraint: Constraint | None, key: tuple[str, str],
+) -> tuple[list[int], Guide | None]:
+    """The token ids of `prefix` in context, and the constraint's state after them (lookahead/constraints.py).
+
+    The state has taken the tokens from the first one reaching past the constraint's start; that
+    token's characters before the start are the text it must write first (it may begin mid-word).
+    """
+    if constraint is None:
+        return context_ids(tokenizer, prefix, as_dicts(messages)), None
+    encoding, text_start = encode(tokenizer, prefix, as_dicts(messages), return_offsets_mapping=True)
+    ids = encoding["input_ids"]
+    start = len(text) if constraint.start is None else constraint.start
+    spans = [(a - text_start, b - text_start) for a, b in encoding["offset_mapping"]]
+    first, begins = free_and_constrained(spans, start, len(prefix))
+    vocab_size = model.config.get_text_config().vocab_size
+    guide = matchers.guide(key, constraint, text[begins:start], ids[first:], tokenizer, _eos(key[0]), vocab_size,
+                           model.device)
+    return ids, guide
+
+
 def _context_limit(model: PreTrainedModel) -> int:
     return int(model.config.get_text_config().max_position_embeddings)
 
 
-def _sampling(temperature: float, top_k: int, top_p: float, repetition_penalty: float) -> Sampling:
-    return Sampling(temperature, _check_int("top_k", top_k, 0, MAX_TOP_K), top_p, repetition_penalty)
+def _sampling(
+    temperature: float, top_k: int, top_p: float, repetition_penalty: float, presence_penalty: float,
+    frequency_penalty: float,
+) -> Sampling:
+    return Sampling(temperature, _check_int("top_k", top_k, 0, MAX_TOP_K), top_p, repetition_penalty, presence_penalty,
+                    frequency_penalty)
 
 
 def next_token_distribution(
@@ -316,33 +397,44 @@ def next_token_distribution(
     session: str = "default",
     model_name: str | None = None,
     messages: list[dict] | None = None,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    constraint: dict | None = None,
 ) -> list[dict]:
     """The k next tokens after `text`, ranked by p_final, then p_base.
 
     Each entry: {"token_id", "token", "prob" (p_base: the plain softmax), "logprob",
-    "p_final" (after transformers' processors for the sampling settings; 0 where a
-    filter cut the token), "kept"}. `k` is how many entries come back; `top_k` is the
-    filter (0 = off). Text ending in whitespace is token-healed (lookahead/healing.py):
+    "p_final" (after the sampling settings, lookahead/sampling.py; 0 where a filter or the
+    constraint cut the token), "kept", "valid" (whether the constraint allows it)}. `k` is how
+    many entries come back; `top_k` is the filter (0 = off). `presence_penalty` and
+    `frequency_penalty` are OpenAI's (logit -= presence·[count > 0] + frequency·count, counted
+    over the whole context). `constraint`: {"type": "choice" | "regex" | "json_schema" | "grammar",
+    "value", "start"}: the part of `text` from character `start` on (None: nothing written yet)
+    must follow it, and so must what comes next (lookahead/constraints.py). Text ending in whitespace is token-healed (lookahead/healing.py):
     the whitespace is backed up and only tokens starting with it are allowed, renormalised.
     With `messages` (earlier turns of a conversation) `text` is the assistant's reply being
     written, in the model's chat template (lookahead/chat.py); the same holds for every function here.
     """
     chat = _check_messages(messages, _check_model_name(model_name))
+    text = _check_text(text, chat)
     request = dict(
-        text=_check_text(text, chat),
+        text=text,
         messages=chat,
         k=_check_int("k", k, 1, MAX_TOP_K),
-        sampling=_sampling(temperature, top_k, top_p, repetition_penalty),
+        sampling=_sampling(temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty),
         session=str(session),
         model_name=_check_model_name(model_name),
+        constraint=_check_constraint(constraint, text, model_name),
     )
     return _last(_backend.serve("distribution", request))["distribution"]
 
 
 def _next_tokens(
-    text: str, k: int, sampling: Sampling, session: str, model_name: str | None, messages: Messages | None
+    text: str, k: int, sampling: Sampling, session: str, model_name: str | None, messages: Messages | None,
+    constraint: Constraint | None,
 ) -> dict:
-    return {"distribution": _distribution(_run(text, 1, 1, session, model_name, messages=messages), sampling, k)}
+    run = _run(text, 1, 1, session, model_name, messages=messages, constraint=constraint)
+    return {"distribution": _distribution(run, sampling, k)}
 
 
 def token_probabilities(
@@ -417,6 +509,10 @@ def lookahead(
     model_name: str | None = None,
     messages: list[dict] | None = None,
     precompute: bool = False,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    constraint: dict | None = None,
+    stop: list[str] | None = None,
 ) -> dict:
     """The `n_branches` best next tokens after `text` (by p_final), each continued to `depth` tokens.
 
@@ -424,79 +520,92 @@ def lookahead(
     sampling from p_final (`"sample"`, reproducible with `seed`). Returns {"model",
     "device", "context_tokens", "reused_tokens", "truncated_tokens", "healed_whitespace",
     "notice", "sampling", "branch_mode", "seed", "distribution": [...] (as from
-    next_token_distribution), "branches": [{"token_ids", "text", "prob", "p_final", "ends"}]}.
+    next_token_distribution; under a constraint followed by the REFUSED_SHOWN likeliest tokens it
+    refuses, "valid": False), "branches": [{"token_ids", "text", "prob", "p_final", "ends", "stop"}]}.
     A branch's "text" is exactly what to append to `text` (with healing, the backed-up
     whitespace is already part of `text`). A branch stops after the end-of-sequence token if
     it reaches one and keeps it in its token_ids (`ends`: True; "text" leaves the token's own
     text out): taking it ends the text, or in chat mode the reply. `session` keys the KV cache that later calls
     of the same writer reuse. `precompute=True` then computes, in the background, the result
     for `text` + each branch (lookahead/speculation.py), so taking one is answered at once;
-    off ZeroGPU only, where a GPU call cannot outlive its request.
+    off ZeroGPU only, where a GPU call cannot outlive its request. The penalties and `constraint`
+    are as for next_token_distribution: under a constraint branches start from valid tokens and
+    continue under it, and one that completes it ends there (`ends`). A branch also ends where it
+    completes one of the `stop` strings: its text is cut before the string, and "stop" names it.
     """
     chat = _check_messages(messages, _check_model_name(model_name))
+    text = _check_text(text, chat)
     request = dict(
-        text=_check_text(text, chat),
+        text=text,
         messages=chat,
         n_branches=_check_int("n_branches", n_branches, 1, MAX_BRANCHES),
         depth=_check_int("depth", depth, 1, MAX_DEPTH),
-        sampling=_sampling(temperature, top_k, top_p, repetition_penalty),
+        sampling=_sampling(temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty),
         branch_mode=_check_choice("branch_mode", branch_mode, BRANCH_MODES),
         seed=_check_int("seed", seed, 0, 2**63 - 1),
         session=str(session),
         model_name=_check_model_name(model_name),
+        constraint=_check_constraint(constraint, text, model_name),
+        stop=_check_stop(stop),
     )
     return _last(_backend.serve("lookahead", request, precompute))
 
 
 def _lookahead(
     text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
-    model_name: str | None, messages: Messages | None, store: PrefixCacheStore | ScratchStore = prefix_caches,
+    model_name: str | None, messages: Messages | None, constraint: Constraint | None, stop: tuple[str, ...],
+    store: PrefixCacheStore | ScratchStore = prefix_caches,
 ) -> dict:
-    run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed, store, messages)
+    run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed, store, messages, constraint)
     sequences = run.result.sequences.tolist()
     firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])
     stops = eos_ids(load_model(model_name)[0].generation_config)
-    branches = branch_entries(sequences, stops, firsts, run.healed, run.tokenizer)
+    branches = branch_entries(sequences, stops, firsts, run.healed, run.tokenizer, stop)
     return {
         **run.info,
         "sampling": sampling.as_dict(),
         "branch_mode": branch_mode,
         "seed": seed,
-        "distribution": _distribution(run, sampling, max(10, n_branches)),
+        "distribution": (listed := _distribution(run, sampling, max(10, n_branches))) + _refused(run, sampling, listed),
         "branches": branches,
     }
 
 
 def _generation(
     text: str, max_new_tokens: int, method: str, session: str, model_name: str | None, messages: Messages | None,
-    time_limit: float | None,
+    constraint: Constraint | None, stop: tuple[str, ...], time_limit: float | None,
 ) -> Iterator[dict]:
-    """The growing continuation after every pass; stops at EOS, `max_new_tokens` or `time_limit` seconds.
+    """The growing continuation after every pass; stops at EOS, a stop string, `max_new_tokens` or `time_limit` seconds.
 
-    In-process a continuation keeps no cache, so `session` has no say here (a server keys its cache by it)."""
+    In-process a continuation keeps no KV cache, so `session` only keys the constraint's matchers."""
     model, tokenizer = load_model(model_name)
-    ids = context_ids(tokenizer, text, as_dicts(messages))
+    key = (model_name or default_model_name(), session)
+    ids, guide = _context_and_guide(model, tokenizer, text, text, messages, constraint, key)
     dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
-    continuation = Continuation(tokenizer, method, model_name or default_model_name(), dropped)
+    continuation = Continuation(tokenizer, method, key[0], dropped, stop)
     stops = eos_ids(model.generation_config)
     if method == "lookahead":
-        steps = lookahead_passes(model, ids[dropped:], max_new_tokens, stops, model_pass_costs(model_name))
+        steps = lookahead_passes(model, ids[dropped:], max_new_tokens, stops, model_pass_costs(model_name), guide)
     else:
-        steps = greedy_passes(model, ids[dropped:], max_new_tokens, stops)
+        steps = greedy_passes(model, ids[dropped:], max_new_tokens, stops, guide)
     yield from continuation.follow(((step.tokens, step.sources) for step in steps), time_limit)
 
 
 def _generation_request(
-    text: object, max_new_tokens: object, method: object, session: object, model_name: object, messages: object
+    text: object, max_new_tokens: object, method: object, session: object, model_name: object, messages: object,
+    constraint: object, stop: object,
 ) -> dict:
     chat = _check_messages(messages, _check_model_name(model_name))
+    text = _check_text(text, chat)
     request = dict(
-        text=_check_text(text, chat),
+        text=text,
         messages=chat,
         max_new_tokens=_check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS),
         method=_check_choice("method", method, GENERATION_METHODS),
         session=str(session),
         model_name=_check_model_name(model_name),
+        constraint=_check_constraint(constraint, text, model_name),
+        stop=_check_stop(stop),
     )
     # On ZeroGPU a task that outlives its requested duration may be aborted, losing everything:
     # stop a little before it instead, and say so.
@@ -506,16 +615,18 @@ def _generation_request(
 
 def generate_stream(
     text: str, max_new_tokens: int = 64, method: str = "lookahead", *, session: str = "default",
-    model_name: str | None = None, messages: list[dict] | None = None,
+    model_name: str | None = None, messages: list[dict] | None = None, constraint: dict | None = None,
+    stop: list[str] | None = None,
 ) -> Iterator[dict]:
     """`generate`'s result after every forward pass, growing, for streaming into the UI."""
-    request = _generation_request(text, max_new_tokens, method, session, model_name, messages)
+    request = _generation_request(text, max_new_tokens, method, session, model_name, messages, constraint, stop)
     yield from _backend.serve("generate", request)
 
 
 def generate(
     text: str, max_new_tokens: int = 64, method: str = "lookahead", *, session: str = "default",
-    model_name: str | None = None, messages: list[dict] | None = None,
+    model_name: str | None = None, messages: list[dict] | None = None, constraint: dict | None = None,
+    stop: list[str] | None = None,
 ) -> dict:
     """Continue `text` greedily by up to `max_new_tokens` tokens (stopping after EOS).
 
@@ -525,7 +636,11 @@ def generate(
     included, which gives the first token), "tokens_per_pass", "seconds", "accepted_per_pass",
     "draft_source_per_token" ("step", "ngram", "recycled" or "jacobi"), "method", "model",
     "truncated_tokens", "stopped_for_time" (on ZeroGPU: stopped early to stay inside the
-    GPU time it asked for)}. `session` is the caller's, as for `lookahead` (a vLLM server keeps its cache by it).
+    GPU time it asked for), "stop" (the stop string that ended it, or None)}. `session` is the
+    caller's, as for `lookahead` (a vLLM server keeps its cache by it). Under a `constraint` (as for
+    lookahead) each token is the best the constraint allows, and lookahead decoding stays exact.
+    `stop`: the continuation ends where it completes one of these strings, cut before it ("text"
+    and "token_texts"; "token_ids" run through the token that completed it).
     """
     return _last(generate_stream(text, max_new_tokens, method, session=session, model_name=model_name,
-                                 messages=messages))
+                                 messages=messages, constraint=constraint, stop=stop))

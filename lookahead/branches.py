@@ -7,6 +7,8 @@ the token of branch b at depth d sits at position T+d and sees the prompt plus b
 b's own earlier tokens. Afterwards the cache is cropped back to the prompt, exactly
 as it was; each branch's fed tokens keep their KV on the side (`branch_kv`), valid to
 append after the prompt, so taking a branch costs one token's forward instead of depth.
+Under a constraint each branch carries its own copy of the grammar's state (lookahead/constraints.py),
+and every token it takes is one its state allows.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import NamedTuple
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from lookahead.constraints import Guide
 from lookahead.kv_cache import GrowableCache
 from lookahead.sampling import PLAIN, Sampling, choose, ranked
 from lookahead.scoring import Scores, extend_and_score
@@ -28,6 +31,7 @@ class Lookahead(NamedTuple):
     cache: DynamicCache  # KV cache of exactly the prompt's tokens
     branch_kv: list[list[tuple[torch.Tensor, torch.Tensor]]]  # per branch, per layer: KV of its first depth-1 tokens
     scores: Scores | None  # the prompt's tokens scored, when asked for (lookahead/scoring.py)
+    valid: torch.Tensor | None  # (vocab,) bool: the tokens a constraint allows next (None: no constraint)
 
 
 def extend_cache(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
@@ -67,6 +71,7 @@ def get_lookahead_sequences(
     branch_mode: str = "greedy",
     generator: torch.Generator | None = None,
     known_scores: Scores | None = None,
+    guide: Guide | None = None,
 ) -> Lookahead:
     """Top `n_branch_tokens` next tokens after `input_ids` (1, T), each continued to `depth` tokens.
 
@@ -76,6 +81,8 @@ def get_lookahead_sequences(
     under `sampling`; later ones are chosen by `branch_mode` (greedy or sampled from
     p_final with `generator`), see lookahead/sampling.py. With `known_scores` (the rows of the
     tokens the cache holds, see extend_and_score) the new prompt tokens are scored as they run.
+    With a `guide` (a constraint's state after the prompt) branches start from valid tokens only and
+    each continues under its own copy of it.
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"expected input_ids of shape (1, T), got {tuple(input_ids.shape)}")
@@ -87,8 +94,15 @@ def get_lookahead_sequences(
         logits, scores = extend_and_score(model, input_ids, cache, known_scores)
     first = logits if allowed_first_tokens is None else logits.masked_fill(~allowed_first_tokens, float("-inf"))
     first = first.float()  # rank exactly as the distribution shown does (same ties)
-    tokens = ranked(first, sampling.final_scores(input_ids, first[None])[0], n_branch_tokens)
+    first_valid = None if guide is None else guide.valid()
+    if first_valid is not None:
+        if not (first_valid & torch.isfinite(first)).any():
+            raise ValueError("no token can continue the text under the constraint")
+        first = first.masked_fill(~first_valid, float("-inf"))  # branches start from valid tokens only
+    valid = None if first_valid is None else first_valid[None]
+    tokens = ranked(first, sampling.final_scores(input_ids, first[None], valid)[0], n_branch_tokens)
     k = len(tokens)
+    guides = _forked(guide, tokens.tolist())
     sequences = [tokens]
     step_logits = []
     for step in range(1, depth):
@@ -97,12 +111,33 @@ def get_lookahead_sequences(
         out = model(tokens[None], past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True)
         step_logits.append(out.logits[0])
         context = torch.cat([input_ids.expand(k, -1), torch.stack(sequences, dim=1)], dim=1)
-        tokens = choose(sampling.final_scores(context, out.logits[0]), branch_mode, generator)
+        valid = None if guides is None else torch.stack([_still_valid(g) for g in guides])
+        tokens = choose(sampling.final_scores(context, out.logits[0], valid), branch_mode, generator)
+        if guides is not None:
+            for g, token in zip(guides, tokens.tolist()):
+                g.advance(token)
         sequences.append(tokens)
     branch_kv = [_branch_kv(cache, prompt_len, k, b) for b in range(k)] if depth > 1 else [[] for _ in range(k)]
     if depth > 1:
         cache.crop(-(k * (depth - 1)))
-    return Lookahead(torch.stack(sequences, dim=1), logits, step_logits, cache, branch_kv, scores)
+    return Lookahead(torch.stack(sequences, dim=1), logits, step_logits, cache, branch_kv, scores, first_valid)
+
+
+def _forked(guide: Guide | None, firsts: list[int]) -> list[Guide] | None:
+    """Each branch's own state, having taken its first token."""
+    if guide is None:
+        return None
+    guides = [guide.fork() for _ in firsts]
+    for g, token in zip(guides, firsts):
+        g.advance(token)
+    return guides
+
+
+def _still_valid(guide: Guide) -> torch.Tensor:
+    """What a branch may take next; anything once its constraint is spent (after the end token, which
+    ends the branch: what follows is cut off), so the row still has a token to take."""
+    valid = guide.valid()
+    return valid if valid.any() else torch.ones_like(valid)
 
 
 def _branch_kv(cache: DynamicCache, prompt_len: int, k: int, branch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:

@@ -19,6 +19,11 @@ per second, (1 + E[accepted]) / T(1 + guesses), and none (a plain step, as greed
 does not pay. Other drafts ride along while the curve stays flat. Every source's draft is checked
 against what the model then produced, fed or not, so the estimates keep learning during plain
 steps too, and guessing resumes when it would pay again.
+
+Under a constraint (a `Guide`, lookahead/constraints.py) greedy's token is the best valid one, and
+the accepted path is followed with the guide advancing along it: each node's choice is masked by
+the state after its ancestors, so the tokens stay exactly constrained greedy's. Only the nodes on
+the path need a mask, one per token produced.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
+from lookahead.constraints import Guide
 from lookahead.kv_cache import GrowableCache
 
 # Named constants, as in llama.cpp's lookahead example.
@@ -250,13 +256,24 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def _greedy(logits: torch.Tensor, guide: Guide | None) -> int:
+    """Greedy's token after `logits`: the best one, or the best the guide allows (and the guide takes it)."""
+    if guide is None:
+        return int(logits.argmax())
+    token = guide.pick(logits)
+    guide.advance(token)
+    return token
+
+
 @torch.inference_mode()
-def greedy_passes(model: PreTrainedModel, input_ids: list[int], max_new_tokens: int, eos: set[int]) -> Iterator[Pass]:
+def greedy_passes(
+    model: PreTrainedModel, input_ids: list[int], max_new_tokens: int, eos: set[int], guide: Guide | None = None,
+) -> Iterator[Pass]:
     """Plain cached greedy decoding: one token per pass (the baseline)."""
     cache = GrowableCache()
     feed = torch.tensor([input_ids], device=model.device)
     for _ in range(max_new_tokens):
-        token = int(model(feed, past_key_values=cache, logits_to_keep=1).logits[0, -1].argmax())
+        token = _greedy(model(feed, past_key_values=cache, logits_to_keep=1).logits[0, -1], guide)
         yield Pass([token], [STEP])
         if token in eos:
             return
@@ -266,6 +283,7 @@ def greedy_passes(model: PreTrainedModel, input_ids: list[int], max_new_tokens: 
 @torch.inference_mode()
 def lookahead_passes(
     model: PreTrainedModel, input_ids: list[int], max_new_tokens: int, eos: set[int], cost: Callable[[int], float],
+    guide: Guide | None = None,
 ) -> Iterator[Pass]:
     """Greedy decoding's exact tokens, several per pass where the guesses are right.
 
@@ -275,7 +293,7 @@ def lookahead_passes(
     cache = GrowableCache()
     # The prompt's pass gives the first token, exactly as in the greedy loop.
     logits = model(torch.tensor([input_ids], device=device), past_key_values=cache, logits_to_keep=1).logits
-    first = int(logits[0, -1].argmax())
+    first = _greedy(logits[0, -1], guide)
     yield Pass([first], [STEP])
     if first in eos:
         return
@@ -292,13 +310,13 @@ def lookahead_passes(
             attention_mask=tree_mask(past, trie.parents, model.dtype, device) if len(trie) > 1 else None,
             position_ids=torch.tensor([[past + d for d in trie.depths]], device=device),
         )
-        choice = out.logits[0].argmax(-1).tolist()  # greedy token after each fed node
+        choice = out.logits[0].argmax(-1).tolist()  # greedy token after each fed node (unconstrained: drafts learn from it)
         # Verify: follow the trie from x while a child holds the greedy choice after its parent.
         path, node = [], 0
-        while (child := trie.children[node].get(choice[node])) is not None:
+        while (child := trie.children[node].get(chosen := _greedy(out.logits[0, node], guide))) is not None:
             path.append(child)
             node = child
-        tokens = [trie.tokens[i] for i in path] + [choice[node]]
+        tokens = [trie.tokens[i] for i in path] + [chosen]
         sources = [trie.sources[i] for i in path] + [STEP]
         # The window's outputs are its next guesses (shifted past what was accepted), and each of
         # its inputs with the outputs after it is an n-gram for the pool.

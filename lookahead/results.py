@@ -52,18 +52,21 @@ def context_info(model: str, device: str, n_tokens: int, reused: int, dropped: i
 
 def distribution_entries(
     logprobs: torch.Tensor, final_logprobs: torch.Tensor, k: int, tokenizer: PreTrainedTokenizerBase,
-    ids: list[int] | None = None,
+    ids: list[int] | None = None, valid: torch.Tensor | None = None,
 ) -> list[dict]:
     """Entries for the k next tokens ranked by p_final, then p_base (or for the given `ids`).
 
-    `logprobs` (vocab,) is log p_base, `final_logprobs` (vocab,) log p_final (-inf where cut).
+    `logprobs` (vocab,) is log p_base, `final_logprobs` (vocab,) log p_final (-inf where cut),
+    `valid` (bool, vocab) what a constraint allows (None: everything).
     """
     ids = ranked(logprobs, final_logprobs, k).tolist() if ids is None else ids
     chosen, p_final = logprobs[ids], final_logprobs[ids].exp()
+    allowed = [True] * len(ids) if valid is None else valid[ids].tolist()
     texts = tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False)
     return [
-        {"token_id": i, "token": t, "prob": float(lp.exp()), "logprob": float(lp), "p_final": float(pf), "kept": bool(pf > 0)}
-        for i, t, lp, pf in zip(ids, texts, chosen, p_final)
+        {"token_id": i, "token": t, "prob": float(lp.exp()), "logprob": float(lp), "p_final": float(pf),
+         "kept": bool(pf > 0), "valid": bool(ok)}
+        for i, t, lp, pf, ok in zip(ids, texts, chosen, p_final, allowed)
     ]
 
 
@@ -78,18 +81,42 @@ def through_first(sequence: list[int], stops: set[int]) -> list[int]:
     return next((sequence[: i + 1] for i, token in enumerate(sequence) if token in stops), sequence)
 
 
+def first_stop(text: str, stop: Iterable[str], searched_from: int = 0) -> tuple[int, str | None]:
+    """(where `text` is cut, the stop string completed first): (len(text), None) if none is.
+
+    The stop completed first is the one ending earliest (the earlier start on a tie), as a stream
+    sees them; only completions ending past `searched_from` are looked for.
+    """
+    best = (len(text) + 1, 0, None)
+    for s in stop:
+        at = text.find(s, max(0, searched_from - len(s) + 1))
+        if at >= 0 and (at + len(s), at) < best[:2]:
+            best = (at + len(s), at, s)
+    return (best[1], best[2]) if best[2] is not None else (len(text), None)
+
+
 def branch_entries(
-    sequences: list[list[int]], stops: set[int], firsts: list[dict], healed: str, tokenizer: PreTrainedTokenizerBase
+    sequences: list[list[int]], stops: set[int], firsts: list[dict], healed: str, tokenizer: PreTrainedTokenizerBase,
+    stop: tuple[str, ...] = (),
 ) -> list[dict]:
-    """Each branch's dict: its tokens through the first stop, the text to append, and its first token's p."""
-    sequences = [through_first(seq, stops) for seq in sequences]
-    ends = [seq[-1] in stops for seq in sequences]
-    texts = tokenizer.batch_decode([seq[:-1] if end else seq for seq, end in zip(sequences, ends)],
-                                   clean_up_tokenization_spaces=False)
-    return [
-        {"token_ids": seq, "text": t[len(healed) :], "prob": first["prob"], "p_final": first["p_final"], "ends": end}
-        for seq, t, first, end in zip(sequences, texts, firsts, ends)
-    ]
+    """Each branch's dict: its tokens through the first stop, the text to append, and its first token's p.
+
+    A stop string ends a branch too: its text is cut before the string, its tokens run through the
+    one that completed it, and "stop" says which string it was.
+    """
+    branches = []
+    for seq, first in zip((through_first(seq, stops) for seq in sequences), firsts):
+        end = seq[-1] in stops
+        text = tokenizer.decode(seq[:-1] if end else seq, clean_up_tokenization_spaces=False)[len(healed) :]
+        cut, stopped = first_stop(text, stop)
+        if stopped is not None:
+            reach = cut + len(stopped)  # the tokens that wrote the stop string, no more
+            seq = next(seq[:n] for n in range(1, len(seq) + 1)
+                       if len(tokenizer.decode(seq[:n], clean_up_tokenization_spaces=False)) - len(healed) >= reach)
+            text, end = text[:cut], False
+        branches.append({"token_ids": seq, "text": text, "prob": first["prob"], "p_final": first["p_final"],
+                         "ends": end, "stop": stopped})
+    return branches
 
 
 def token_entries(
@@ -125,8 +152,11 @@ def token_entries(
 class Continuation:
     """A growing greedy continuation, as `generate` reports it after every forward pass."""
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, method: str, model: str, dropped: int) -> None:
-        self.tokenizer, self.method, self.model, self.dropped = tokenizer, method, model, dropped
+    def __init__(
+        self, tokenizer: PreTrainedTokenizerBase, method: str, model: str, dropped: int, stop: tuple[str, ...] = ()
+    ) -> None:
+        self.tokenizer, self.method, self.model, self.dropped, self.stop = tokenizer, method, model, dropped, stop
+        self.stopped_by: str | None = None  # the stop string that ended it
         self.token_ids: list[int] = []
         self.pieces: list[str] = []  # each token's share of the decoded text (multi-byte characters stay whole)
         self.sources: list[str] = []
@@ -141,16 +171,26 @@ class Continuation:
             seconds = time.perf_counter() - start
             out_of_time = time_limit is not None and seconds > time_limit
             yield self.result(seconds, out_of_time)
-            if out_of_time:
+            if out_of_time or self.stopped_by is not None:
                 return
 
     def add(self, tokens: list[int], sources: list[str]) -> None:
-        """One forward pass's accepted tokens, and where each came from ("step", "jacobi", "ngram")."""
-        for token in tokens:
+        """One forward pass's accepted tokens, and where each came from ("step", "jacobi", "ngram").
+
+        A completed stop string ends the continuation: the text is cut before it, and the tokens
+        after the one that completed it are dropped.
+        """
+        for n, token in enumerate(tokens, 1):
             self.token_ids.append(token)
             longer = self.tokenizer.decode(self.token_ids, skip_special_tokens=True)
             self.pieces.append(longer[len(self.text) :] if longer.startswith(self.text) else longer)
-            self.text = longer
+            before, self.text = len(self.text), longer
+            cut, self.stopped_by = first_stop(self.text, self.stop, before)
+            if self.stopped_by is not None:
+                self.text = self.text[:cut]
+                self.pieces = _trimmed(self.pieces, cut)
+                tokens, sources = tokens[:n], sources[:n]
+                break
         self.sources += sources
         self.accepted.append(len(tokens))
 
@@ -168,4 +208,14 @@ class Continuation:
             "model": self.model,
             "truncated_tokens": self.dropped,
             "stopped_for_time": stopped_for_time,
+            "stop": self.stopped_by,
         }
+
+
+def _trimmed(pieces: list[str], length: int) -> list[str]:
+    """`pieces` cut so that they join to their first `length` characters."""
+    out, total = [], 0
+    for piece in pieces:
+        out.append(piece[: max(0, length - total)])
+        total += len(out[-1])
+    return out

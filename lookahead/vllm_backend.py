@@ -104,7 +104,7 @@ def next_token_logprobs(
     tokens), so it is an upper bound. p_final applies transformers' processors as in-process, with
     the mass beyond the top N as one more token ("the rest"). That is exact when the plain settings
     need no processors, or with no repetition penalty and no healing when either top_k keeps at most
-    N tokens or, at temperature 1, top_p cuts the rest. Otherwise: the repetition penalty is applied to
+    N tokens or, at temperature 1 and no presence or frequency penalty, top_p cuts the rest. Otherwise: the repetition penalty is applied to
     log-probabilities, not logits (it needs the logit's sign), a temperature scales the rest as one
     token, and top_p and the normalisation see the rest as one token.
     """
@@ -122,7 +122,9 @@ def next_token_logprobs(
     scores = logprobs if within_top_k else torch.cat([logprobs, torch.tensor([math.log(rest_mass or 1e-45)])])
     final = torch.log_softmax(sampling.final_scores(torch.tensor([context]), scores[None])[0], -1)
     rest_cut = within_top_k or not torch.isfinite(final[vocab_size]) or rest_mass == 0.0
-    exact = exact and sampling.repetition_penalty == 1.0 and (within_top_k or (sampling.temperature == 1.0 and rest_cut))
+    penalised = sampling.presence_penalty != 0.0 or sampling.frequency_penalty != 0.0  # the rest holds counted tokens too
+    exact = exact and sampling.repetition_penalty == 1.0 and (
+        within_top_k or (sampling.temperature == 1.0 and rest_cut and not penalised))
     return logprobs, final[:vocab_size], exact
 
 
@@ -154,6 +156,7 @@ class VLLMBackend:
     """Answers the public functions' checked requests through a vLLM server at `url` (…/v1)."""
 
     batches = True  # the server runs the calls that arrive together as one batch
+    constrains = False  # a constraint's mask would be computed here, per token of every branch (not yet)
 
     def __init__(self, url: str, timeout: float = TIMEOUT_SECONDS) -> None:
         self.url = url.rstrip("/")
@@ -180,7 +183,7 @@ class VLLMBackend:
 
     def _lookahead(
         self, text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
-        model_name: str | None, messages: tuple | None,
+        model_name: str | None, messages: tuple | None, constraint: None, stop: tuple[str, ...],
     ) -> dict:
         context, allowed = self._context(text, messages, model_name, session, room=depth)
         top, reused = self._next_tokens(context, max(10, n_branches))
@@ -195,11 +198,12 @@ class VLLMBackend:
             "branch_mode": branch_mode,
             "seed": seed,
             "distribution": distribution,
-            "branches": branch_entries(sequences, stops, firsts, context.healed, context.tokenizer),
+            "branches": branch_entries(sequences, stops, firsts, context.healed, context.tokenizer, stop),
         }
 
     def _distribution(
-        self, text: str, k: int, sampling: Sampling, session: str, model_name: str | None, messages: tuple | None
+        self, text: str, k: int, sampling: Sampling, session: str, model_name: str | None, messages: tuple | None,
+        constraint: None,
     ) -> dict:
         context, allowed = self._context(text, messages, model_name, session, room=1)
         top, _ = self._next_tokens(context, k)
@@ -233,7 +237,7 @@ class VLLMBackend:
 
     def _generate(
         self, text: str, max_new_tokens: int, method: str, session: str, model_name: str | None,
-        messages: tuple | None, time_limit: float | None,
+        messages: tuple | None, constraint: None, stop: tuple[str, ...], time_limit: float | None,
     ) -> Iterator[dict]:
         """The server's greedy continuation, streamed (one server step per token: `method` has no say here)."""
         model = model_name or default_model_name()
@@ -246,7 +250,7 @@ class VLLMBackend:
                 "ignore_eos": False, "stop_token_ids": sorted(stops)}
         chunks = ([t for c in chunk.get("choices", []) for t in c.get("token_ids") or []] for chunk in self._stream(body))
         passes = ((tokens, ["step"] * len(tokens)) for tokens in chunks if tokens)
-        yield from Continuation(tokenizer, "greedy", model, dropped).follow(passes, time_limit)
+        yield from Continuation(tokenizer, "greedy", model, dropped, stop).follow(passes, time_limit)
 
     # What the tasks share
 
@@ -285,17 +289,19 @@ class VLLMBackend:
         prompts = [[*context.ids, first] for first in firsts]
         if mode == "sample":
             drawn = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
-        else:  # greedy by p_final is the best token after the repetition penalty: the other settings keep it
+        else:  # greedy by p_final is the best token after the penalties: the other settings keep it
             drawn = {}
-        body = self._fields(context.model, prompts, depth - 1, context.salt,
-                            repetition_penalty=sampling.repetition_penalty, seed=seed, **drawn)
+        body = self._fields(context.model, prompts, depth - 1, context.salt, repetition_penalty=sampling.repetition_penalty,
+                            presence_penalty=sampling.presence_penalty, frequency_penalty=sampling.frequency_penalty,
+                            seed=seed, **drawn)
         choices = sorted(self._complete(body)["choices"], key=lambda c: c["index"])
         return [[first, *choice["token_ids"]] for first, choice in zip(firsts, choices)]
 
     @staticmethod
     def _fields(
         model: str, prompt: list, max_tokens: int, salt: str, temperature: float = 0.0, top_k: int = 0,
-        top_p: float = 1.0, repetition_penalty: float = 1.0, seed: int = 0,
+        top_p: float = 1.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+        seed: int = 0,
     ) -> dict:
         """Every field of a completion request, explicit (the server's defaults would replace omitted ones); greedy
         unless given a temperature. `salt`: the session's (`session_salt`), so its cache is its own."""
@@ -310,8 +316,8 @@ class VLLMBackend:
             "top_p": top_p,
             "min_p": 0.0,
             "repetition_penalty": repetition_penalty,
-            "presence_penalty": 0.0,
-            "frequency_penalty": 0.0,
+            "presence_penalty": presence_penalty,  # the server counts the branch's own tokens only (README)
+            "frequency_penalty": frequency_penalty,
             "seed": seed,
             "ignore_eos": True,
             "skip_special_tokens": False,

@@ -78,6 +78,8 @@ def app_url(embedded, tiny_model_dirs) -> str:
 def fresh_prefix_caches():
     cli.speculator.clear()
     cli.prefix_caches.clear()
+    cli.matchers.clear()
     yield
     cli.speculator.clear()
     cli.prefix_caches.clear()
+    cli.matchers.clear()

@@ -18,11 +18,30 @@ def test_endpoints_are_named_and_listed(client):
     assert {"/lookahead", "/next_token_distribution", "/generate"} <= set(endpoints)
     sampling = ["temperature", "top_k", "top_p", "repetition_penalty"]
     assert [p["parameter_name"] for p in endpoints["/lookahead"]["parameters"]] == [
-        "text", "n_branches", "depth", *sampling, "branch_mode", "seed", "messages", "model_name"
+        "text", "n_branches", "depth", *sampling, "branch_mode", "seed", "messages", "model_name",
+        "presence_penalty", "frequency_penalty", "constraint", "stop",
     ]
     assert [p["parameter_name"] for p in endpoints["/next_token_distribution"]["parameters"]] == [
-        "text", "k", *sampling, "messages", "model_name"
+        "text", "k", *sampling, "messages", "model_name", "presence_penalty", "frequency_penalty", "constraint"
     ]
+    assert [p["parameter_name"] for p in endpoints["/generate"]["parameters"]][-2:] == ["constraint", "stop"]
+
+
+def test_constraints_penalties_and_stops_reach_the_engine(client):
+    text = "Is the sea blue? Answer: "
+    constraint = {"type": "choice", "value": ["yes", "no", "maybe"], "start": None}
+    remote = client.predict(text, 3, 3, presence_penalty=0.5, frequency_penalty=0.2, constraint=constraint,
+                            api_name="/lookahead")
+    local = cli.lookahead(text, 3, 3, presence_penalty=0.5, frequency_penalty=0.2, constraint=constraint,
+                          session="local")
+    assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
+    assert {b["text"] for b in remote["branches"]} <= {"yes", "no", "maybe"}
+    dist = client.predict(text, 20, constraint=constraint, api_name="/next_token_distribution")
+    assert [d["valid"] for d in dist] == [d["valid"] for d in cli.next_token_distribution(text, 20, constraint=constraint)]
+    out = client.predict("Once upon a time", 30, "greedy", stop=[","], api_name="/generate")
+    assert out["stop"] == "," and "," not in out["text"]
+    with pytest.raises(Exception, match="stops matching at character"):
+        client.predict("abc def", constraint={"type": "regex", "value": "[0-9]+", "start": 3}, api_name="/lookahead")
 
 
 def test_results_equal_the_engine(client):

@@ -328,3 +328,32 @@ def test_switching_the_model_keeps_the_text_and_suggests_from_the_new_one(page, 
     page.locator("#model input").click()
     page.get_by_role("option", name=cli.default_model_name()).click()
     expect_suggestions_for(page, text)
+
+
+def test_the_constrain_panel_makes_branches_the_plot_and_continue_obey(page):
+    text = "Is the sea blue? Answer: "
+    type_text(page, text)
+    expect_suggestions_for(page, text)
+    page.locator("#constrain-panel").get_by_text("Constrain", exact=True).first.click()
+    page.locator("#constraint-preset input").click()
+    page.get_by_role("option", name="yes / no / maybe").click()
+    expect(page.locator("#constraint-value textarea")).to_have_value("yes\nno\nmaybe")
+    page.locator("#text textarea").evaluate("el => { el.focus(); el.setSelectionRange(el.value.length, el.value.length); }")
+    page.locator("#constrain").click()
+    constraint = {"type": "choice", "value": ["yes", "no", "maybe"], "start": len(text)}
+    expected = cli.lookahead(text, 5, 3, session="browser-expectation", constraint=constraint)
+    for i, branch in enumerate(expected["branches"]):
+        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch), timeout=30_000)
+    assert {b["text"] for b in expected["branches"]} <= {"yes", "no", "maybe"}
+    expect(page.locator("#status")).to_contain_text("constrained (choice)")
+    expect(page.locator("#constraint-status")).to_contain_text(f"from character {len(text)}")
+    expect(page.locator("#plot")).to_contain_text("✗")
+    page.screenshot(path=SCREENSHOT.with_name("constrain.png"), full_page=True)
+    page.get_by_label("Tokens to continue").fill("8")
+    page.locator("#continue").click()
+    continued = cli.generate(text, 8, constraint=constraint)
+    assert continued["text"] in ("yes", "no", "maybe")
+    expect(page.locator("#text textarea")).to_have_value(text + continued["text"], timeout=30_000)
+    page.locator("#unconstrain").click()
+    expect(page.locator("#constraint-status")).to_contain_text("No constraint")
+    expect_suggestions_for(page, text + continued["text"])

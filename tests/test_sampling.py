@@ -6,6 +6,7 @@ import torch
 import custom_llm_inference as cli
 from lookahead.sampling import PRESETS
 
+TRANSFORMERS_SETTINGS = ("temperature", "top_k", "top_p", "repetition_penalty")  # presence/frequency: OpenAI's
 TEXT = "The old sailor looked at the sea and the sea looked back at the old sailor. The sea"
 SETTINGS = [
     {"temperature": 0.7},
@@ -13,7 +14,7 @@ SETTINGS = [
     {"top_p": 0.8},
     {"repetition_penalty": 1.5},
     {"temperature": 1.3, "top_k": 20, "top_p": 0.9, "repetition_penalty": 1.2},
-    *[preset.as_dict() for preset, _ in PRESETS.values()],
+    *[{k: v for k, v in preset.as_dict().items() if k in TRANSFORMERS_SETTINGS} for preset, _ in PRESETS.values()],
 ]
 
 

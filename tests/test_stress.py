@@ -211,3 +211,31 @@ def test_lookaheads_with_precomputation_from_several_threads_equal_the_reference
     assert len(answers) == 3 * clicks
     for text, answer in answers:
         assert_matches_reference(answer, reference_lookahead(model, tokenizer, text, k, depth), k)
+
+
+def test_constrained_lookaheads_from_several_threads_equal_the_same_calls_made_alone(embedded):
+    """Writers under a constraint at once, sharing sessions (so the matcher store is read and written from
+    every thread, precomputation included): every answer equals the same call made alone, afresh."""
+    constraint = {"type": "json_schema", "value": {"type": "object", "properties": {"name": {"type": "string"},
+                  "age": {"type": "integer"}}, "required": ["name", "age"]}, "start": 7}
+    answers: list[tuple[str, dict]] = []
+
+    def writer(rng):
+        text = "Person:" + rng.choice(['{"name": "', '{"name": "Al', '{'])
+        session = f"constrained {rng.randrange(2)}"  # two sessions between three writers
+        end = until(SECONDS)
+        while end():
+            shown = cli.lookahead(text, 3, 2, session=session, precompute=True, constraint=constraint)
+            answers.append((text, shown))
+            time.sleep(rng.random() * 0.2)
+            branch = shown["branches"][rng.randrange(len(shown["branches"]))]
+            text = text + branch["text"] if not branch["ends"] else "Person:{"
+
+    run_threads([writer, writer, writer], seed=11)
+    assert cli.speculator.wait(JOIN_SECONDS)
+    assert answers
+    for text, answer in answers:
+        cli.matchers.clear()
+        alone = cli.lookahead(text, 3, 2, session="alone", constraint=constraint)
+        assert [b["token_ids"] for b in answer["branches"]] == [b["token_ids"] for b in alone["branches"]], text
+        assert [d["valid"] for d in answer["distribution"]] == [d["valid"] for d in alone["distribution"]]

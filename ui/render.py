@@ -11,6 +11,7 @@ import html
 from history import History
 
 PLOT_TOKENS = 10
+REFUSED_ROWS = 3  # under a constraint, the last rows show the likeliest tokens it refuses
 VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
 ROW_STYLE = "display:flex;align-items:center;gap:8px;margin:3px 0;font:13px ui-monospace,monospace"
 TOKEN_STYLE = "flex:0 0 9em;text-align:right;overflow:hidden;text-overflow:ellipsis;white-space:pre"
@@ -28,10 +29,13 @@ def visible(text: str) -> str:
 
 
 def distribution_plot(distribution: list[dict]) -> str:
-    """p_base and p_final bars for the top tokens and the rest ("other"); cut tokens greyed. Rows are clickable."""
-    top = distribution[:PLOT_TOKENS]
+    """p_base and p_final bars for the top tokens and the rest ("other"); cut tokens greyed, and those a
+    constraint refuses marked ✗. Rows are clickable."""
+    refused = [d for d in distribution if not d.get("valid", True)][:REFUSED_ROWS]
+    top = [d for d in distribution if d.get("valid", True)][: PLOT_TOKENS - len(refused)] + refused
     rows = [(d, visible(d["token"]), d["prob"], d.get("p_final", d["prob"]), d.get("kept", True)) for d in top]
     other = (None, "other", max(0.0, 1 - sum(r[2] for r in rows)), max(0.0, 1 - sum(r[3] for r in rows)), True)
+    constrained = any(not d.get("valid", True) for d in top)
     # Bars are scaled to the likeliest token, not to "other" (often the largest on a flat
     # distribution), so the tokens' bars stay readable; a longer "other" bar is cut, and fades out.
     scale = max((max(r[2], r[3]) for r in rows), default=0.0) or 1.0
@@ -45,15 +49,18 @@ def distribution_plot(distribution: list[dict]) -> str:
         f'<div style="font-size:12px;color:var(--body-text-color-subdued);margin-bottom:4px">'
         f'<span style="color:{BASE_COLOR}">■</span> p_base (plain softmax) '
         f'<span style="color:{FINAL_COLOR}">■</span> p_final (after the sampling settings) · '
-        f'greyed: cut by the filters · click a token to append it'
+        f'greyed: cut by the filters' + (" · ✗: the constraint refuses it" if constrained else "")
+        + ' · click a token to append it'
         + (" · bars are to the top token's scale; \"other\" is longer than shown" if clipped else "")
         + "</div>"
     )
     html_rows = []
     for entry, token, p_base, p_final, kept in [*rows, other]:
-        attrs = f'data-token-id="{entry["token_id"]}" title="append {html.escape(token)}"' if entry else ""
+        refused = entry is not None and not entry.get("valid", True)
+        title = "the constraint refuses it" if refused else f"append {html.escape(token)}"
+        attrs = f'data-token-id="{entry["token_id"]}" title="{title}"' if entry else ""
         style = ROW_STYLE + (";cursor:pointer" if entry else "") + ("" if kept else ";opacity:.4")
-        final_text = f"{100 * p_final:5.1f}%" if kept else "  cut"
+        final_text = "    ✗" if refused else f"{100 * p_final:5.1f}%" if kept else "  cut"
         html_rows.append(
             f'<div class="dist-row" {attrs} style="{style}">'
             f'<span style="{TOKEN_STYLE}">{html.escape(token)}</span>'
@@ -105,11 +112,12 @@ def _more_line(n: int, where: str) -> str:
 
 
 END_MARK = "⏹"  # a branch that reaches the end-of-sequence token: the model would stop there
+STOP_MARK = "✂"  # a branch cut at a stop string
 
 
 def branch_label(branch: dict) -> str:
     p_final = branch.get("p_final", branch["prob"])
-    end = END_MARK if branch.get("ends") else ""
+    end = END_MARK if branch.get("ends") else STOP_MARK if branch.get("stop") else ""
     return f"{visible(branch['text'])}{end}  ·  " + (f"{100 * p_final:.0f}%" if p_final > 0 else "cut")
 
 

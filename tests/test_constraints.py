@@ -1,0 +1,288 @@
+"""Constraints, penalties and stop strings, against independent references.
+
+The reference for a constraint's valid set is Python's `regex` module: a token is valid when the
+constrained text written so far plus the token's text is still a partial match of the pattern (a
+choice is the alternation of its options, escaped), and the end token when the text so far is a
+full match. Branches and continuations are compared with greedy decoding by transformers under
+that mask; JSON with `json.loads`; penalties with OpenAI's formula over the context's counts.
+"""
+
+import json
+
+import pytest
+import regex
+import torch
+
+import custom_llm_inference as cli
+from lookahead.healing import token_texts
+from tests.reference import next_logits
+
+CHOICES = ["yes", "no", "maybe", "not sure"]
+DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+def choice_pattern(options: list[str]) -> str:
+    return "|".join(regex.escape(o) for o in options)
+
+
+def reference_valid(tokenizer, pattern: str, written: str, vocab_size: int, eos: int) -> torch.Tensor:
+    """Tokens whose text keeps `written` a partial match of `pattern` (whole-string), and the end token
+    once it fully matches. Special tokens never continue a constraint; tokens that are part of a
+    character (U+FFFD) are left out of the comparison by `comparable`."""
+    texts = token_texts(tokenizer)
+    special = set(tokenizer.all_special_ids)
+    compiled = regex.compile(pattern)
+    valid = torch.zeros(vocab_size, dtype=torch.bool)
+    for i, t in enumerate(texts[:vocab_size]):
+        if i not in special and t and compiled.fullmatch(written + t, partial=True):
+            valid[i] = True
+    valid[eos] = compiled.fullmatch(written) is not None
+    return valid
+
+
+def reference_choice_valid(tokenizer, options: list[str], written: str, vocab_size: int, eos: int) -> torch.Tensor:
+    """A choice's valid tokens after `written`. Where only one option is left, llguidance allows only the
+    tokenizer's own first token of what remains (its forced text is tokenized canonically); otherwise
+    every token that a remainder starts with, and the end token once an option is complete."""
+    rests = {o[len(written) :] for o in options if o.startswith(written)}
+    valid = torch.zeros(vocab_size, dtype=torch.bool)
+    valid[eos] = "" in rests
+    if len(rests) == 1 and "" not in rests:
+        valid[tokenizer(rests.pop(), add_special_tokens=False)["input_ids"][0]] = True
+        return valid
+    special = set(tokenizer.all_special_ids)
+    for i, t in enumerate(token_texts(tokenizer)[:vocab_size]):
+        if i not in special and t and any(r.startswith(t) for r in rests if r):
+            valid[i] = True
+    return valid
+
+
+def comparable(tokenizer, vocab_size: int) -> torch.Tensor:
+    texts = token_texts(tokenizer)
+    return torch.tensor(["\ufffd" not in t for t in texts[:vocab_size]] + [False] * (vocab_size - len(texts)))
+
+
+def eos_of(model) -> int:
+    eos = model.generation_config.eos_token_id
+    return eos if isinstance(eos, int) else eos[0]
+
+
+@pytest.mark.parametrize("kind,value,pattern,written", [
+    ("choice", CHOICES, choice_pattern(CHOICES), ""),
+    ("choice", CHOICES, choice_pattern(CHOICES), "no"),
+    ("regex", DATE, DATE, ""),
+    ("regex", DATE, DATE, "2024-0"),
+])
+def test_valid_tokens_equal_partial_matching_over_the_vocabulary(model_name, kind, value, pattern, written):
+    model, tokenizer = cli.load_model(model_name)
+    text = "Answer:" + written
+    constraint = {"type": kind, "value": value, "start": len("Answer:")}
+    vocab = model.config.get_text_config().vocab_size
+    entries = cli.next_token_distribution(text, cli.MAX_TOP_K, constraint=constraint, model_name=model_name)
+    expected = reference_valid(tokenizer, pattern, written, vocab, eos_of(model))
+    checked = comparable(tokenizer, vocab)
+    # the whole vocabulary, through the engine's own state after the text
+    model_, _ = cli.load_model(model_name)
+    checked_constraint = cli._check_constraint(constraint, text, model_name)
+    _, guide = cli._context_and_guide(model_, tokenizer, text, text, None, checked_constraint, (model_name, "s"))
+    valid = guide.valid().cpu()
+    assert torch.equal(valid[checked], expected[checked]), torch.nonzero(valid[checked] != expected[checked])[:5]
+    # the entries: valid marks, p_final renormalised over the valid tokens (p_base left plain)
+    logits = next_logits(model, tokenizer(text)["input_ids"]).float()
+    final = torch.softmax(logits.masked_fill(~valid, float("-inf")), -1)
+    base = torch.softmax(logits, -1)
+    for e in entries:
+        assert e["valid"] == bool(valid[e["token_id"]])
+        assert e["p_final"] == pytest.approx(float(final[e["token_id"]]), abs=1e-5)
+        assert e["prob"] == pytest.approx(float(base[e["token_id"]]), abs=1e-5)
+    n_valid = sum(e["valid"] for e in entries)
+    assert all(e["valid"] for e in entries[:n_valid]), "valid tokens first"
+
+
+def reference_constrained_greedy(model, tokenizer, ids: list[int], valid_after, healed: str, first: int,
+                                 steps: int) -> tuple[list[int], str]:
+    """Greedy under the reference mask after taking `first` (whose text begins with the `healed` whitespace,
+    written before the constraint's start): the tokens and the constrained text they write."""
+    vocab, eos = model.config.get_text_config().vocab_size, eos_of(model)
+    texts = token_texts(tokenizer)
+    seq, text = [first], texts[first][len(healed) :]
+    for _ in range(steps):
+        if seq[-1] == eos:
+            break
+        valid = valid_after(text)
+        token = int(next_logits(model, ids + seq).float().masked_fill(~valid, float("-inf")).argmax())
+        seq.append(token)
+        text += texts[token] if token != eos else ""
+    return seq, text
+
+
+@pytest.mark.parametrize("kind,value,pattern", [("choice", CHOICES, choice_pattern(CHOICES)), ("regex", DATE, DATE)])
+def test_branches_start_valid_continue_under_the_constraint_and_end_where_it_completes(model_name, kind, value, pattern):
+    model, tokenizer = cli.load_model(model_name)
+    text = "Question: is it done? Answer: "
+    result = cli.lookahead(text, 4, 6, constraint={"type": kind, "value": value, "start": None}, model_name=model_name)
+    # healing: the trailing space is backed up, and the constraint starts after it
+    ids = tokenizer(text[:-1])["input_ids"]
+    vocab, eos = model.config.get_text_config().vocab_size, eos_of(model)
+    healed_first = torch.tensor([t.startswith(" ") and regex.fullmatch(pattern, t[1:], partial=True) is not None
+                                 and i not in tokenizer.all_special_ids for i, t in enumerate(token_texts(tokenizer)[:vocab])])
+    logits = next_logits(model, ids).float().masked_fill(~healed_first, float("-inf"))
+    firsts = logits.topk(min(4, int(healed_first.sum()))).indices.tolist()
+    assert [b["token_ids"][0] for b in result["branches"]] == firsts
+    refused = [d for d in result["distribution"] if not d["valid"]]
+    assert len(refused) >= 3 and all(d["p_final"] == 0 for d in refused), "the likeliest refused tokens are listed"
+    spaced = torch.tensor([t.startswith(" ") for t in token_texts(tokenizer)[:vocab]])  # healing's own mask
+    expected_refused = next_logits(model, ids).float().masked_fill(healed_first | ~spaced, float("-inf"))
+    assert [d["token_id"] for d in refused] == expected_refused.topk(len(refused)).indices.tolist()
+    for branch, first in zip(result["branches"], firsts):
+        valid_after = (
+            (lambda t: reference_choice_valid(tokenizer, value, t, vocab, eos)) if kind == "choice"
+            else (lambda t: reference_valid(tokenizer, pattern, t, vocab, eos)))
+        seq, written = reference_constrained_greedy(model, tokenizer, ids, valid_after, " ", first, 5)
+        assert branch["token_ids"] == seq
+        assert branch["text"] == written
+        assert regex.fullmatch(pattern, branch["text"], partial=True)
+        assert branch["ends"] == (seq[-1] == eos)
+        if branch["ends"]:
+            assert regex.fullmatch(pattern, branch["text"]), "a branch ends only where the constraint is complete"
+
+
+def test_a_start_inside_a_word_is_healed_the_constraint_continues_the_letters_written(embedded):
+    text = "Is the sky blue? The answer is y"  # " y" is one token that straddles the start
+    start = len(text) - 1
+    result = cli.lookahead(text, 3, 4, constraint={"type": "choice", "value": CHOICES, "start": start})
+    assert {b["text"] for b in result["branches"]} <= {"es"}
+    assert all(b["ends"] for b in result["branches"])
+    out = cli.generate(text, 5, constraint={"type": "choice", "value": CHOICES, "start": start})
+    assert out["text"] == "es"
+
+
+def test_continue_is_constrained_greedy_and_lookahead_decoding_stays_exact(model_name):
+    model, tokenizer = cli.load_model(model_name)
+    text = "Today's date, written as year-month-day:"
+    constraint = {"type": "regex", "value": " " + DATE, "start": None}
+    greedy = cli.generate(text, 12, "greedy", constraint=constraint, model_name=model_name)
+    fast = cli.generate(text, 12, "lookahead", constraint=constraint, model_name=model_name)
+    assert fast["token_ids"] == greedy["token_ids"]
+    ids = tokenizer(text)["input_ids"]
+    eos = eos_of(model)
+    first_valid = reference_valid(tokenizer, " " + DATE, "", model.config.get_text_config().vocab_size, eos)
+    first = int(next_logits(model, ids).float().masked_fill(~first_valid, float("-inf")).argmax())
+    vocab = model.config.get_text_config().vocab_size
+    valid_after = lambda t: reference_valid(tokenizer, " " + DATE, t, vocab, eos)  # noqa: E731
+    seq, written = reference_constrained_greedy(model, tokenizer, ids, valid_after, "", first, 11)
+    assert greedy["token_ids"] == seq
+    assert regex.fullmatch(" " + DATE, greedy["text"]), greedy["text"]
+
+
+def test_json_schema_continuations_parse_and_fit_the_schema(embedded):
+    for method in ("greedy", "lookahead"):
+        out = cli.generate("A person, as JSON: ", 60, method,
+                           constraint={"type": "json_schema", "value": json.dumps(PERSON)})
+        person = json.loads(out["text"])
+        assert set(person) == {"name", "age"} and isinstance(person["name"], str) and isinstance(person["age"], int)
+
+
+def test_chat_mode_constrains_the_reply(embedded):
+    messages = [{"role": "user", "content": "Is the sky blue? Answer yes or no."}]
+    result = cli.lookahead("", 2, 4, messages=messages, constraint={"type": "choice", "value": ["yes", "no"]})
+    assert {b["text"] for b in result["branches"]} == {"yes", "no"}
+    assert all(b["ends"] for b in result["branches"])
+    partly = cli.lookahead("n", 2, 3, messages=messages, constraint={"type": "choice", "value": ["yes", "no"], "start": 0})
+    assert [b["text"] for b in partly["branches"]] == ["o"]
+
+
+def test_a_grammar_constraint(embedded):
+    grammar = 'start: "The answer is " ANSWER "."\nANSWER: "yes" | "no"'
+    out = cli.generate("Q: Is water wet?\nA: ", 12, constraint={"type": "grammar", "value": grammar})
+    assert out["text"] in ("The answer is yes.", "The answer is no.")
+
+
+def test_a_click_advances_the_sessions_matcher_by_the_new_tokens_only(embedded):
+    _, tokenizer = embedded
+    constraint = {"type": "json_schema", "value": PERSON, "start": 10}
+    text = "A person: " + '{"name": "Ada'
+    first = cli.lookahead(text, 2, 3, constraint=constraint, session="click")
+    taken = text + first["branches"][0]["text"]
+    checked = cli._check_constraint(constraint, taken, None)
+    model, _ = embedded
+    _, guide = cli._context_and_guide(model, tokenizer, taken, taken, None, checked, (cli.default_model_name(), "click"))
+    assert guide.reused >= len(tokenizer(text[10:])["input_ids"]) - 1
+    fresh = cli.lookahead(taken, 2, 3, constraint=constraint, session="other")
+    kept = cli.lookahead(taken, 2, 3, constraint=constraint, session="click")
+    assert [b["token_ids"] for b in kept["branches"]] == [b["token_ids"] for b in fresh["branches"]]
+
+
+def test_presence_and_frequency_penalties_follow_openais_formula(model_name):
+    model, tokenizer = cli.load_model(model_name)
+    text = "the cat and the dog and the cat and the"
+    ids = tokenizer(text)["input_ids"]
+    counts = torch.bincount(torch.tensor(ids), minlength=model.config.get_text_config().vocab_size).float()
+    logits = next_logits(model, ids).float()
+    settings = dict(presence_penalty=0.7, frequency_penalty=0.4, temperature=0.8, top_k=20)
+    shaped = (logits - 0.7 * (counts > 0).float() - 0.4 * counts) / 0.8
+    kept = shaped >= shaped.topk(20).values[-1]
+    final = torch.softmax(shaped.masked_fill(~kept, float("-inf")), -1)
+    for e in cli.next_token_distribution(text, 30, model_name=model_name, **settings):
+        assert e["p_final"] == pytest.approx(float(final[e["token_id"]]), abs=1e-5)
+        assert e["kept"] == bool(kept[e["token_id"]])
+
+
+def test_stop_strings_cut_continuations_and_branches_before_the_first_one_completed(embedded):
+    text = "Once upon a time"
+    plain = cli.generate(text, 40, "greedy")["text"]
+    stop = [",", " was"]
+    cut = min(plain.find(s) for s in stop if s in plain)
+    assert cut >= 0
+    for method in ("greedy", "lookahead"):
+        out = cli.generate(text, 40, method, stop=stop)
+        assert out["text"] == plain[:cut]
+        assert out["stop"] == next(s for s in stop if plain.find(s) == cut)
+        assert "".join(out["token_texts"]) == out["text"]
+    free = cli.lookahead(text, 4, 8)
+    stopped = cli.lookahead(text, 4, 8, stop=[","])
+    for a, b in zip(free["branches"], stopped["branches"]):
+        if "," in a["text"]:
+            assert b["text"] == a["text"][: a["text"].index(",")] and b["stop"] == "," and not b["ends"]
+            assert tokenizer_text(b["token_ids"]).startswith(b["text"] + ",")
+        else:
+            assert (b["token_ids"], b["text"], b["ends"], b["stop"]) == (a["token_ids"], a["text"], a["ends"], None)
+
+
+def tokenizer_text(ids: list[int]) -> str:
+    return cli.load_model()[1].decode(ids)
+
+
+@pytest.mark.parametrize("constraint,message", [
+    ({"type": "lark", "value": "x"}, "type must be one of"),
+    ({"type": "choice", "value": []}, "list of 1 to"),
+    ({"type": "choice", "value": "yes"}, "list of 1 to"),
+    ({"type": "regex", "value": "(("}, "does not compile"),
+    ({"type": "grammar", "value": "start: undefined_rule"}, "does not compile"),
+    ({"type": "json_schema", "value": "{not json"}, "not valid JSON"),
+    ({"type": "regex", "value": "[0-9]+", "start": 99}, "character offset from 0 to"),
+    ({"type": "regex", "value": "[0-9]+", "start": 3}, "stops matching at character 3"),
+    ({"type": "choice", "value": ["yes"], "start": 0, "extra": 1}, "constraint must be None or a dict"),
+    ("yes", "constraint must be None or a dict"),
+])
+def test_bad_constraints_get_clear_errors(embedded, constraint, message):
+    with pytest.raises(ValueError, match=message):
+        cli.lookahead("abc def", constraint=constraint)
+
+
+@pytest.mark.parametrize("stop,message", [(["a"] * 9, "at most 8"), ([""], "non-empty"), ([3], "non-empty"),
+                                          ({"s": 1}, "a string or a list")])
+def test_bad_stops_get_clear_errors(embedded, stop, message):
+    with pytest.raises(ValueError, match=message):
+        cli.generate("abc", 4, stop=stop)
+
+
+def test_the_vllm_backend_says_it_does_not_apply_constraints(embedded):
+    cli.use_backend("vllm", "http://127.0.0.1:9/v1")
+    try:
+        with pytest.raises(ValueError, match="vLLM backend cannot apply them"):
+            cli.lookahead("abc", constraint={"type": "choice", "value": ["x"]})
+    finally:
+        cli.use_backend("in-process")
