@@ -5,7 +5,8 @@ serve the Gradio UI, `gradio_client` callers and ZeroGPU workers. Each public fu
 checks its arguments first, in the calling process, and only then enters `_on_gpu`, the
 one `@spaces.GPU` function: on ZeroGPU an exception raised inside a GPU worker reaches
 the visitor as its class name alone, and a refused request should cost no GPU time.
-The model runs in this process by default (`InProcess`), or on a vLLM server (`use_backend("vllm",
+The model runs in this process by default (`InProcess`, lookahead/in_process.py: the text-level
+functions and each session's caches), or on a vLLM server (`use_backend("vllm",
 url)`, or LOOKAHEAD_BACKEND=vllm and LOOKAHEAD_SERVER_URL): lookahead/backend.py says how the two
 share one interface, lookahead/vllm_backend.py is the server's adapter, lookahead/results.py builds
 the dicts both return. The in-process engine's tensor-level pieces live in the `lookahead` package:
@@ -26,28 +27,15 @@ import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisati
 import math
 import os
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple
-
-import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lookahead.backend import Backend, BackendError
-from lookahead.branches import Lookahead, get_lookahead_sequences
-from lookahead.chat import as_dicts, check_messages, check_template, context_ids, encode
-from lookahead.constraints import Constraint, Guide, MatcherStore, check_constraint, free_and_constrained, written_part_error
-from lookahead.decoding import greedy_passes, lookahead_passes
-from lookahead.healing import allowed_first_tokens, split_for_healing
-from lookahead.models import (
-    available_models, default_model_name, load_generation_config, load_model, load_tokenizer, model_pass_costs,
-    on_zero_gpu,
-)
-from lookahead.prefix_cache import PrefixCacheStore
-from lookahead.results import (
-    Continuation, branch_entries, context_info, distribution_entries, eos_ids, token_entries, window_start,
-)
-from lookahead.sampling import BRANCH_MODES, PLAIN, PRESETS, Sampling
-from lookahead.scoring import MAX_ALTERNATIVES, extend_and_score, unscored
-from lookahead.speculation import ScratchStore, Speculator
+from lookahead.branches import get_lookahead_sequences
+from lookahead.chat import check_messages, check_template
+from lookahead.constraints import Constraint, check_constraint, written_part_error
+from lookahead.in_process import InProcess, Messages, answer, matchers, prefix_caches, speculator, stop_tokens
+from lookahead.models import available_models, default_model_name, load_model, load_tokenizer, on_zero_gpu
+from lookahead.sampling import BRANCH_MODES, PRESETS, Sampling
+from lookahead.scoring import MAX_ALTERNATIVES
 from lookahead.vllm_backend import VLLMBackend
 
 __all__ = [
@@ -70,7 +58,9 @@ __all__ = [
     "next_token_distribution",
     "on_zero_gpu",
     "token_probabilities",
+    "matchers",
     "prefix_caches",
+    "speculator",
     "use_backend",
 ]
 
@@ -80,7 +70,6 @@ MAX_TOP_K = 200
 MAX_NEW_TOKENS = 1024
 MAX_TEXT_CHARS = 1_000_000  # far past any model's context; keeps tokenizing a pasted book bounded
 MAX_STOPS, MAX_STOP_CHARS = 8, 200
-REFUSED_SHOWN = 3  # a constrained lookahead's distribution ends with the likeliest tokens the constraint refuses
 GENERATION_METHODS = ("greedy", "lookahead")
 
 # GPU time asked of ZeroGPU per call (before its duration factor, 1.5 on current hardware).
@@ -90,11 +79,7 @@ INTERACTION_GPU_SECONDS = 10  # a lookahead or distribution: well under a second
 GENERATE_GPU_SECONDS = 4.0  # a continuation: the prompt's pass and start-up ...
 GENERATE_GPU_SECONDS_PER_TOKEN = 0.015  # ... plus this per new token (MAX_NEW_TOKENS: 19.4 s)
 
-Messages = tuple[tuple[str, str], ...]  # chat mode's earlier turns, (role, content), hashable for precomputation
 
-prefix_caches = PrefixCacheStore()
-speculator = Speculator(prefix_caches)
-matchers = MatcherStore()
 
 if on_zero_gpu():
     # ZeroGPU wants the models loaded (and moved to CUDA) at import time, outside GPU functions.
@@ -153,11 +138,8 @@ def _check_constraint(constraint: object, text: str, model_name: str | None) -> 
     checked = check_constraint(constraint, text)
     if checked is None:
         return None
-    if not _backend.constrains:
-        raise ValueError("constraints run with the model in this process; the vLLM backend cannot apply them yet "
-                         "(leave out the constraint, or use the in-process backend)")
     name = model_name or default_model_name()
-    error = written_part_error(checked, text, load_tokenizer(name), _eos(name))
+    error = written_part_error(checked, text, load_tokenizer(name), stop_tokens(name))
     if error:
         raise ValueError(error)
     return checked
@@ -174,10 +156,6 @@ def _check_stop(stop: object) -> tuple[str, ...]:
         raise ValueError(f"stop must be a string or a list of at most {MAX_STOPS} non-empty strings of up to "
                          f"{MAX_STOP_CHARS} characters, got {stop!r}"[:300])
     return tuple(stop)
-
-
-def _eos(model_name: str | None) -> tuple[int, ...]:
-    return tuple(sorted(eos_ids(load_generation_config(model_name))))
 
 
 def _check_model_name(model_name: object) -> str | None:
@@ -201,39 +179,7 @@ def _on_gpu(task: str, request: dict) -> Iterator[dict]:
     decorated function, so every endpoint's calls land in the same workers and share
     their session caches. Off ZeroGPU the decorator changes nothing.
     """
-    if task == "generate":
-        yield from _generation(**request)
-    elif task == "lookahead":
-        yield _lookahead(**request)
-    elif task == "distribution":
-        yield _next_tokens(**request)
-    elif task == "scores":
-        yield _token_probabilities(**request)
-    else:
-        raise ValueError(f"unknown task {task!r}")
-
-
-class InProcess:
-    """The default backend: the model in this process (on ZeroGPU, in its GPU workers), sessions' caches kept here."""
-
-    batches = False  # calls share this process's cores: serving several at once only splits them
-    constrains = True
-
-    def serve(self, task: str, request: dict, precompute: bool = False) -> Iterator[dict]:
-        if task == "scores":
-            # Scores the session already holds (the branches' pass scored the new tokens) need no model
-            # work: answered here, without pre-empting the precomputation that pass started.
-            ready = _token_probabilities(**request, stored_only=True)
-            if ready is not None:
-                yield ready
-                return
-        result = None
-        for result in _serve(task, request):
-            yield result
-        if precompute and task == "lookahead" and not on_zero_gpu():
-            taken = [{**request, "text": request["text"] + branch["text"]} for branch in result["branches"]]
-            key = (request["model_name"] or default_model_name(), request["session"])
-            speculator.start(key, "lookahead", taken, lambda r, scratch: _lookahead(**r, store=scratch))
+    yield from answer(task, request)
 
 
 BACKENDS = ("in-process", "vllm")
@@ -246,7 +192,7 @@ def use_backend(name: str = "in-process", server_url: str | None = None) -> Back
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {name!r}")
     if name == "vllm" and not server_url:
         raise ValueError("the vllm backend needs the server's URL, e.g. http://localhost:8000/v1 (LOOKAHEAD_SERVER_URL)")
-    _backend = VLLMBackend(server_url) if name == "vllm" else InProcess()
+    _backend = VLLMBackend(server_url) if name == "vllm" else InProcess(_on_gpu)
     return _backend
 
 
@@ -255,23 +201,9 @@ def backend() -> Backend:
     return _backend
 
 
-_backend: Backend = InProcess()
+_backend: Backend = InProcess(_on_gpu)
 if os.environ.get("LOOKAHEAD_BACKEND"):
     use_backend(os.environ["LOOKAHEAD_BACKEND"], os.environ.get("LOOKAHEAD_SERVER_URL"))
-
-
-def _serve(task: str, request: dict) -> Iterator[dict]:
-    """In-process, every call goes through here: it pre-empts precomputation, and may find its answer ready."""
-    key = (request.get("model_name") or default_model_name(), request.get("session"))
-    answer = speculator.arrived(key, task, request)
-    try:
-        ready = speculator.claim(key, answer) if answer else None
-        if ready is not None:
-            yield ready
-        else:
-            yield from _on_gpu(task, request)
-    finally:
-        speculator.finished()
 
 
 def _last(results: Iterator[dict]) -> dict:
@@ -279,103 +211,6 @@ def _last(results: Iterator[dict]) -> dict:
     for result in results:
         pass
     return result
-
-
-def _distribution(run: _Run, sampling: Sampling, k: int, ids: list[int] | None = None) -> list[dict]:
-    """Entries for the k next tokens ranked by p_final, then p_base (or for the given `ids`).
-
-    With healing, probabilities are over the allowed tokens only.
-    """
-    logits = run.result.next_token_logits.float()
-    if run.allowed is not None:
-        logits = logits.masked_fill(~run.allowed, float("-inf"))
-    valid = run.result.valid
-    final = sampling.final_scores(run.context, logits[None], None if valid is None else valid[None])[0]
-    return distribution_entries(torch.log_softmax(logits, -1), torch.log_softmax(final, -1), k, run.tokenizer, ids,
-                                valid)
-
-
-def _refused(run: _Run, sampling: Sampling, listed: list[dict], n: int = REFUSED_SHOWN) -> list[dict]:
-    """Under a constraint, the n likeliest tokens (by p_base) it refuses that are not `listed` yet:
-    what the model wanted instead."""
-    if run.result.valid is None:
-        return []
-    logits = run.result.next_token_logits.float().masked_fill(run.result.valid, float("-inf"))
-    logits[[d["token_id"] for d in listed]] = float("-inf")
-    if run.allowed is not None:
-        logits = logits.masked_fill(~run.allowed, float("-inf"))
-    ids = logits.topk(min(n, int(torch.isfinite(logits).sum()))).indices.tolist()
-    return _distribution(run, sampling, len(ids), ids)
-
-
-class _Run(NamedTuple):
-    result: Lookahead
-    info: dict  # what the caller is told about the context
-    allowed: torch.Tensor | None  # healing's mask over the first token
-    healed: str  # the whitespace backed up by healing
-    tokenizer: PreTrainedTokenizerBase
-    context: torch.Tensor  # (1, T) the token ids scored
-
-
-def _run(
-    text: str,
-    n_branches: int,
-    depth: int,
-    session: str,
-    model_name: str | None,
-    sampling: Sampling = PLAIN,
-    branch_mode: str = "greedy",
-    seed: int = 0,
-    store: PrefixCacheStore | ScratchStore = prefix_caches,
-    messages: Messages | None = None,
-    constraint: Constraint | None = None,
-) -> _Run:
-    """Tokenize (healing trailing whitespace), reuse the session's cache from `store`, and compute the branches."""
-    model, tokenizer = load_model(model_name)
-    prefix, healed = split_for_healing(text, tokenizer)
-    key = (model_name or default_model_name(), session)
-    ids, guide = _context_and_guide(model, tokenizer, text, prefix, messages, constraint, key)
-    dropped = window_start(len(ids), _context_limit(model) - depth, _context_limit(model))
-    ids = ids[dropped:]
-    cache, reused, known_scores = store.take(key, ids)
-    allowed = None
-    if healed:
-        allowed = allowed_first_tokens(tokenizer, healed, model.config.get_text_config().vocab_size, model.device)
-    context = torch.tensor([ids], device=model.device)
-    generator = torch.Generator(device=model.device).manual_seed(seed)
-    result = get_lookahead_sequences(
-        model, context, n_branches, depth, cache, allowed, sampling, branch_mode, generator, known_scores, guide
-    )
-    continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
-    store.put(key, ids, result.cache, continuations, result.scores)
-    info = context_info(key[0], str(model.device), len(ids), reused, dropped, healed)
-    return _Run(result, info, allowed, healed, tokenizer, context)
-
-
-def _context_and_guide(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, text: str, prefix: str, messages: Messages | None,
-    constraint: Constraint | None, key: tuple[str, str],
-) -> tuple[list[int], Guide | None]:
-    """The token ids of `prefix` in context, and the constraint's state after them (lookahead/constraints.py).
-
-    The state has taken the tokens from the first one reaching past the constraint's start; that
-    token's characters before the start are the text it must write first (it may begin mid-word).
-    """
-    if constraint is None:
-        return context_ids(tokenizer, prefix, as_dicts(messages)), None
-    encoding, text_start = encode(tokenizer, prefix, as_dicts(messages), return_offsets_mapping=True)
-    ids = encoding["input_ids"]
-    start = len(text) if constraint.start is None else constraint.start
-    spans = [(a - text_start, b - text_start) for a, b in encoding["offset_mapping"]]
-    first, begins = free_and_constrained(spans, start, len(prefix))
-    vocab_size = model.config.get_text_config().vocab_size
-    guide = matchers.guide(key, constraint, text[begins:start], ids[first:], tokenizer, _eos(key[0]), vocab_size,
-                           model.device)
-    return ids, guide
-
-
-def _context_limit(model: PreTrainedModel) -> int:
-    return int(model.config.get_text_config().max_position_embeddings)
 
 
 def _sampling(
@@ -429,14 +264,6 @@ def next_token_distribution(
     return _last(_backend.serve("distribution", request))["distribution"]
 
 
-def _next_tokens(
-    text: str, k: int, sampling: Sampling, session: str, model_name: str | None, messages: Messages | None,
-    constraint: Constraint | None,
-) -> dict:
-    run = _run(text, 1, 1, session, model_name, messages=messages, constraint=constraint)
-    return {"distribution": _distribution(run, sampling, k)}
-
-
 def token_probabilities(
     text: str, k: int = 5, *, session: str = "default", model_name: str | None = None, messages: list[dict] | None = None
 ) -> dict:
@@ -462,36 +289,6 @@ def token_probabilities(
         model_name=_check_model_name(model_name),
     )
     return _last(_backend.serve("scores", request))
-
-
-def _token_probabilities(
-    text: str, k: int, session: str, model_name: str | None, messages: Messages | None, stored_only: bool = False
-) -> dict | None:
-    model, tokenizer = load_model(model_name)
-    encoding, text_start = encode(
-        tokenizer, text, as_dicts(messages), return_offsets_mapping=True, return_special_tokens_mask=True
-    )
-    all_ids = encoding["input_ids"]
-    dropped = window_start(len(all_ids), _context_limit(model) - 1, _context_limit(model))
-    ids = all_ids[dropped:]
-    key = (model_name or default_model_name(), session)
-    rows, reused = prefix_caches.scores(key, ids), len(ids)
-    if rows is None and stored_only:
-        return None
-    if rows is None:
-        cache, reused, known = prefix_caches.take(key, ids, scored=True)
-        _, rows = extend_and_score(model, torch.tensor([ids], device=model.device), cache, known)
-        prefix_caches.put(key, ids, cache, (), rows)
-    if dropped:
-        rows = unscored(torch.tensor(all_ids[:dropped])).then(rows)
-    return {
-        "model": key[0],
-        "context_tokens": len(ids),
-        "reused_tokens": reused,
-        "truncated_tokens": dropped,
-        "tokens": token_entries(rows, k, tokenizer, encoding["offset_mapping"], encoding["special_tokens_mask"],
-                                 text_start, len(text)),
-    }
 
 
 def lookahead(
@@ -549,46 +346,6 @@ def lookahead(
         stop=_check_stop(stop),
     )
     return _last(_backend.serve("lookahead", request, precompute))
-
-
-def _lookahead(
-    text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
-    model_name: str | None, messages: Messages | None, constraint: Constraint | None, stop: tuple[str, ...],
-    store: PrefixCacheStore | ScratchStore = prefix_caches,
-) -> dict:
-    run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed, store, messages, constraint)
-    sequences = run.result.sequences.tolist()
-    firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])
-    stops = eos_ids(load_model(model_name)[0].generation_config)
-    branches = branch_entries(sequences, stops, firsts, run.healed, run.tokenizer, stop)
-    return {
-        **run.info,
-        "sampling": sampling.as_dict(),
-        "branch_mode": branch_mode,
-        "seed": seed,
-        "distribution": (listed := _distribution(run, sampling, max(10, n_branches))) + _refused(run, sampling, listed),
-        "branches": branches,
-    }
-
-
-def _generation(
-    text: str, max_new_tokens: int, method: str, session: str, model_name: str | None, messages: Messages | None,
-    constraint: Constraint | None, stop: tuple[str, ...], time_limit: float | None,
-) -> Iterator[dict]:
-    """The growing continuation after every pass; stops at EOS, a stop string, `max_new_tokens` or `time_limit` seconds.
-
-    In-process a continuation keeps no KV cache, so `session` only keys the constraint's matchers."""
-    model, tokenizer = load_model(model_name)
-    key = (model_name or default_model_name(), session)
-    ids, guide = _context_and_guide(model, tokenizer, text, text, messages, constraint, key)
-    dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
-    continuation = Continuation(tokenizer, method, key[0], dropped, stop)
-    stops = eos_ids(model.generation_config)
-    if method == "lookahead":
-        steps = lookahead_passes(model, ids[dropped:], max_new_tokens, stops, model_pass_costs(model_name), guide)
-    else:
-        steps = greedy_passes(model, ids[dropped:], max_new_tokens, stops, guide)
-    yield from continuation.follow(((step.tokens, step.sources) for step in steps), time_limit)
 
 
 def _generation_request(

@@ -24,7 +24,6 @@ class BackendError(RuntimeError):
 
 class Backend(Protocol):
     batches: bool  # whether serving many calls at once helps (a server batching them), or only splits the cores
-    constrains: bool  # whether it applies a request's constraint (lookahead/constraints.py); else it is refused
 
     def serve(self, task: str, request: dict, precompute: bool = False) -> Iterator[dict]:
         """Answer a checked request of one of TASKS (the "generate" task yields its growing result).

@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from lookahead.chat import context_ids, encode
+
 CONSTRAINT_TYPES = ("choice", "regex", "json_schema", "grammar")
 MAX_CHOICES = 1000
 MAX_VALUE_CHARS = 100_000
@@ -217,6 +219,25 @@ class MatcherStore:
             while len(self._sessions) > self.max_sessions:
                 self._sessions.popitem(last=False)
         return Guide(matcher, vocab_size, device, taken)
+
+    def context_and_guide(
+        self, key: Hashable, constraint: Constraint | None, tokenizer: PreTrainedTokenizerBase, text: str, prefix: str,
+        messages: list[dict] | None, eos: tuple[int, ...], vocab_size: int, device: torch.device,
+    ) -> tuple[list[int], Guide | None]:
+        """The token ids of `prefix` (the text, healing's whitespace backed up) in context, and the
+        constraint's state after them (None without a constraint).
+
+        The state has taken the tokens from the first one reaching past the constraint's start; that
+        token's characters before the start are the text it must write first (it may begin mid-word).
+        """
+        if constraint is None:
+            return context_ids(tokenizer, prefix, messages), None
+        encoding, text_start = encode(tokenizer, prefix, messages, return_offsets_mapping=True)
+        ids = encoding["input_ids"]
+        start = len(text) if constraint.start is None else constraint.start
+        spans = [(a - text_start, b - text_start) for a, b in encoding["offset_mapping"]]
+        first, begins = free_and_constrained(spans, start, len(prefix))
+        return ids, self.guide(key, constraint, text[begins:start], ids[first:], tokenizer, eos, vocab_size, device)
 
     def clear(self) -> None:
         with self._lock:

@@ -42,13 +42,14 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from lookahead.backend import BackendError
-from lookahead.chat import as_dicts, context_ids, encode
+from lookahead.chat import as_dicts, encode
+from lookahead.constraints import Constraint, Guide, MatcherStore
 from lookahead.healing import allowed_first_tokens, split_for_healing
 from lookahead.models import default_model_name, load_generation_config, load_tokenizer
 from lookahead.results import (
     Continuation, branch_entries, context_info, distribution_entries, eos_ids, token_entries, window_start,
 )
-from lookahead.sampling import Sampling
+from lookahead.sampling import PLAIN, Sampling
 from lookahead.scoring import Scores, unscored
 
 # Log-probabilities per position asked of the server: vLLM's default --max-logprobs. More (a server
@@ -86,6 +87,7 @@ class Context:
     healed: str  # trailing whitespace backed up by token healing
     model: str
     salt: str  # the session's cache salt
+    guide: Guide | None = None  # a constraint's state after the text
 
 
 def session_salt(model: str, session: str, secret: bytes = SALT_SECRET) -> str:
@@ -95,7 +97,8 @@ def session_salt(model: str, session: str, secret: bytes = SALT_SECRET) -> str:
 
 
 def next_token_logprobs(
-    top: dict[int, float], vocab_size: int, context: list[int], sampling: Sampling, allowed: torch.Tensor | None
+    top: dict[int, float], vocab_size: int, context: list[int], sampling: Sampling, allowed: torch.Tensor | None,
+    valid: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """(log p_base, log p_final, exact) over the vocabulary, from the server's top-N log-probabilities.
 
@@ -104,7 +107,8 @@ def next_token_logprobs(
     tokens), so it is an upper bound. p_final applies transformers' processors as in-process, with
     the mass beyond the top N as one more token ("the rest"). That is exact when the plain settings
     need no processors, or with no repetition penalty and no healing when either top_k keeps at most
-    N tokens or, at temperature 1 and no presence or frequency penalty, top_p cuts the rest. Otherwise: the repetition penalty is applied to
+    N tokens or, at temperature 1 and no presence or frequency penalty, top_p cuts the rest. Under a
+    constraint (`valid`), p_final is renormalised over the valid tokens that came back: approximate. Otherwise: the repetition penalty is applied to
     log-probabilities, not logits (it needs the logit's sign), a temperature scales the rest as one
     token, and top_p and the normalisation see the rest as one token.
     """
@@ -115,12 +119,15 @@ def next_token_logprobs(
     if allowed is not None:
         logprobs = logprobs.masked_fill(~allowed, float("-inf"))
         logprobs = logprobs - logprobs.logsumexp(0)
-    if not sampling.processors():
+    if not sampling.processors() and valid is None:
         return logprobs, logprobs, exact
     rest_mass = max(0.0, 1.0 - float(logprobs.exp().sum()))
     within_top_k = 1 <= sampling.top_k <= len(known)
     scores = logprobs if within_top_k else torch.cat([logprobs, torch.tensor([math.log(rest_mass or 1e-45)])])
-    final = torch.log_softmax(sampling.final_scores(torch.tensor([context]), scores[None])[0], -1)
+    if valid is not None:
+        exact = False
+        valid = (valid if within_top_k else torch.cat([valid, torch.tensor([False])]))[None]  # the rest: unknown
+    final = torch.log_softmax(sampling.final_scores(torch.tensor([context]), scores[None], valid)[0], -1)
     rest_cut = within_top_k or not torch.isfinite(final[vocab_size]) or rest_mass == 0.0
     penalised = sampling.presence_penalty != 0.0 or sampling.frequency_penalty != 0.0  # the rest holds counted tokens too
     exact = exact and sampling.repetition_penalty == 1.0 and (
@@ -156,7 +163,6 @@ class VLLMBackend:
     """Answers the public functions' checked requests through a vLLM server at `url` (…/v1)."""
 
     batches = True  # the server runs the calls that arrive together as one batch
-    constrains = False  # a constraint's mask would be computed here, per token of every branch (not yet)
 
     def __init__(self, url: str, timeout: float = TIMEOUT_SECONDS) -> None:
         self.url = url.rstrip("/")
@@ -165,6 +171,7 @@ class VLLMBackend:
         self.client = httpx.Client(base_url=self.url, timeout=timeout)
         self.logprobs = LOGPROBS  # lowered to the server's --max-logprobs if that is smaller
         self._served: dict[str, Served] = {}  # checked models; forgotten when the server drops out
+        self.matchers = MatcherStore()  # each session's constraint matchers, as in-process
 
     def serve(self, task: str, request: dict, precompute: bool = False) -> Iterator[dict]:
         """One checked request; `precompute` is not needed here (the server's prefix cache keeps the text)."""
@@ -183,14 +190,22 @@ class VLLMBackend:
 
     def _lookahead(
         self, text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
-        model_name: str | None, messages: tuple | None, constraint: None, stop: tuple[str, ...],
+        model_name: str | None, messages: tuple | None, constraint: Constraint | None, stop: tuple[str, ...],
     ) -> dict:
-        context, allowed = self._context(text, messages, model_name, session, room=depth)
+        context, allowed = self._context(text, messages, model_name, session, room=depth, constraint=constraint)
         top, reused = self._next_tokens(context, max(10, n_branches))
-        logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed)
-        distribution = distribution_entries(logprobs, final, max(10, n_branches), context.tokenizer)
+        valid = None if context.guide is None else context.guide.valid()
+        logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed, valid)
+        distribution = distribution_entries(logprobs, final, max(10, n_branches), context.tokenizer, valid=valid)
         firsts = distribution[:n_branches]  # the branches start from the best tokens by p_final
-        sequences = self._continue_branches(context, [f["token_id"] for f in firsts], depth, sampling, branch_mode, seed)
+        if valid is not None:
+            firsts = [f for f in firsts if f["valid"]] or [self._constrained_first(context, sampling, allowed)]
+        if context.guide is None:
+            sequences = self._continue_branches(context, [f["token_id"] for f in firsts], depth, sampling, branch_mode,
+                                                seed)
+        else:
+            sequences = [self._continue_constrained(context, f["token_id"], depth, sampling, branch_mode, seed)
+                         for f in firsts]
         stops = eos_ids(load_generation_config(context.model))
         return {
             **self._info(context, reused, exact),
@@ -203,12 +218,13 @@ class VLLMBackend:
 
     def _distribution(
         self, text: str, k: int, sampling: Sampling, session: str, model_name: str | None, messages: tuple | None,
-        constraint: None,
+        constraint: Constraint | None,
     ) -> dict:
-        context, allowed = self._context(text, messages, model_name, session, room=1)
+        context, allowed = self._context(text, messages, model_name, session, room=1, constraint=constraint)
         top, _ = self._next_tokens(context, k)
-        logprobs, final, _ = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed)
-        return {"distribution": distribution_entries(logprobs, final, k, context.tokenizer)}
+        valid = None if context.guide is None else context.guide.valid()
+        logprobs, final, _ = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed, valid)
+        return {"distribution": distribution_entries(logprobs, final, k, context.tokenizer, valid=valid)}
 
     def _scores(self, text: str, k: int, session: str, model_name: str | None, messages: tuple | None) -> dict:
         model = model_name or default_model_name()
@@ -237,35 +253,75 @@ class VLLMBackend:
 
     def _generate(
         self, text: str, max_new_tokens: int, method: str, session: str, model_name: str | None,
-        messages: tuple | None, constraint: None, stop: tuple[str, ...], time_limit: float | None,
+        messages: tuple | None, constraint: Constraint | None, stop: tuple[str, ...], time_limit: float | None,
     ) -> Iterator[dict]:
-        """The server's greedy continuation, streamed (one server step per token: `method` has no say here)."""
+        """The server's greedy continuation, streamed (one server step per token: `method` has no say here).
+
+        Under a constraint, one request per token, each allowing only the tokens the constraint allows next."""
         model = model_name or default_model_name()
         limit = self._model(model).max_model_len
         tokenizer = load_tokenizer(model)
-        ids = context_ids(tokenizer, text, as_dicts(messages))
-        dropped = max(0, len(ids) - (limit - max_new_tokens))
         stops = eos_ids(load_generation_config(model))
-        body = {**self._fields(model, ids[dropped:], max_new_tokens, session_salt(model, session)), "stream": True,
-                "ignore_eos": False, "stop_token_ids": sorted(stops)}
-        chunks = ([t for c in chunk.get("choices", []) for t in c.get("token_ids") or []] for chunk in self._stream(body))
-        passes = ((tokens, ["step"] * len(tokens)) for tokens in chunks if tokens)
+        ids, guide = self.matchers.context_and_guide((model, session), constraint, tokenizer, text, text,
+                                                     as_dicts(messages), tuple(sorted(stops)), len(tokenizer),
+                                                     torch.device("cpu"))
+        dropped = max(0, len(ids) - (limit - max_new_tokens))
+        salt = session_salt(model, session)
+        if guide is None:
+            body = {**self._fields(model, ids[dropped:], max_new_tokens, salt), "stream": True,
+                    "ignore_eos": False, "stop_token_ids": sorted(stops)}
+            chunks = ([t for c in chunk.get("choices", []) for t in c.get("token_ids") or []]
+                      for chunk in self._stream(body))
+            passes = ((tokens, ["step"] * len(tokens)) for tokens in chunks if tokens)
+        else:
+            passes = (([token], ["step"]) for token in self._constrained_tokens(model, ids[dropped:], guide, stops,
+                                                                             max_new_tokens, salt))
         yield from Continuation(tokenizer, "greedy", model, dropped, stop).follow(passes, time_limit)
+
+    def _constrained_tokens(
+        self, model: str, ids: list[int], guide: Guide, stops: set[int], n: int, salt: str,
+        sampling: Sampling = PLAIN, sample: bool = False, seed: int = 0, first_allowed: torch.Tensor | None = None,
+    ) -> Iterator[int]:
+        """Up to `n` tokens, each the server's choice among those `guide` allows (the first also among
+        `first_allowed`): greedy after the penalties, or drawn by the server (`sample`); stops after an end token."""
+        ids = list(ids)
+        drawn = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p) if sample else {}
+        penalties = dict(repetition_penalty=sampling.repetition_penalty, presence_penalty=sampling.presence_penalty,
+                         frequency_penalty=sampling.frequency_penalty)
+        for _ in range(n):
+            valid = guide.valid()
+            if first_allowed is not None:
+                valid, first_allowed = valid & first_allowed, None
+            if not valid.any():
+                raise ValueError("no token can continue the text under the constraint")
+            body = {**self._fields(model, ids, 1, salt, seed=seed, **penalties, **drawn),
+                    "allowed_token_ids": torch.nonzero(valid)[:, 0].tolist()}
+            token = self._complete(body)["choices"][0]["token_ids"][0]
+            guide.advance(token)
+            ids.append(token)
+            yield token
+            if token in stops:
+                return
 
     # What the tasks share
 
     def _context(
-        self, text: str, messages: tuple | None, model_name: str | None, session: str, room: int
+        self, text: str, messages: tuple | None, model_name: str | None, session: str, room: int,
+        constraint: Constraint | None = None,
     ) -> tuple[Context, torch.Tensor | None]:
-        """Tokenize as in-process (healing, chat template, the context window's start); the healing mask."""
+        """Tokenize as in-process (healing, chat template, the context window's start, the constraint's
+        state); the healing mask."""
         model = model_name or default_model_name()
         limit = self._model(model).max_model_len
         tokenizer = load_tokenizer(model)
         prefix, healed = split_for_healing(text, tokenizer)
-        ids = context_ids(tokenizer, prefix, as_dicts(messages))
+        stops = tuple(sorted(eos_ids(load_generation_config(model))))
+        ids, guide = self.matchers.context_and_guide((model, session), constraint, tokenizer, text, prefix,
+                                                     as_dicts(messages), stops, len(tokenizer), torch.device("cpu"))
         dropped = window_start(len(ids), limit - room, limit)
         allowed = allowed_first_tokens(tokenizer, healed, len(tokenizer), torch.device("cpu")) if healed else None
-        return Context(tokenizer, ids[dropped:], dropped, healed, model, session_salt(model, session)), allowed
+        context = Context(tokenizer, ids[dropped:], dropped, healed, model, session_salt(model, session), guide)
+        return context, allowed
 
     def _info(self, context: Context, reused: int, exact: bool) -> dict:
         info = context_info(context.model, self.device, len(context.ids), reused, context.dropped, context.healed)
@@ -279,6 +335,24 @@ class VLLMBackend:
         answer = self._complete(body, needed=needed, field="logprobs")
         top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
         return {int(token.removeprefix("token_id:")): lp for token, lp in top.items()}, _cached_tokens(answer)
+
+    def _constrained_first(self, context: Context, sampling: Sampling, allowed: torch.Tensor | None) -> dict:
+        """The best valid token when none came back among the top log-probabilities (as the server chooses it)."""
+        token = next(self._constrained_tokens(context.model, context.ids, context.guide.fork(), set(), 1, context.salt,
+                                              sampling, first_allowed=allowed))
+        return {"token_id": token, "token": context.tokenizer.decode([token]), "prob": 0.0, "logprob": float("-inf"),
+                "p_final": 1.0, "kept": True, "valid": True}
+
+    def _continue_constrained(
+        self, context: Context, first: int, depth: int, sampling: Sampling, mode: str, seed: int
+    ) -> list[int]:
+        """A branch from `first` under the constraint: one request per token, each with its own allowed tokens."""
+        guide = context.guide.fork()
+        guide.advance(first)
+        stops = eos_ids(load_generation_config(context.model))
+        rest = list(self._constrained_tokens(context.model, [*context.ids, first], guide, stops, depth - 1,
+                                             context.salt, sampling, mode == "sample", seed))
+        return [first, *rest, *[rest[-1] if rest else first] * (depth - 1 - len(rest))]
 
     def _continue_branches(
         self, context: Context, firsts: list[int], depth: int, sampling: Sampling, mode: str, seed: int

@@ -14,6 +14,7 @@ import regex
 import torch
 
 import custom_llm_inference as cli
+from lookahead import in_process
 from lookahead.healing import token_texts
 from tests.reference import next_logits
 
@@ -86,7 +87,7 @@ def test_valid_tokens_equal_partial_matching_over_the_vocabulary(model_name, kin
     # the whole vocabulary, through the engine's own state after the text
     model_, _ = cli.load_model(model_name)
     checked_constraint = cli._check_constraint(constraint, text, model_name)
-    _, guide = cli._context_and_guide(model_, tokenizer, text, text, None, checked_constraint, (model_name, "s"))
+    _, guide = in_process._context_and_guide(model_, tokenizer, text, text, None, checked_constraint, (model_name, "s"))
     valid = guide.valid().cpu()
     assert torch.equal(valid[checked], expected[checked]), torch.nonzero(valid[checked] != expected[checked])[:5]
     # the entries: valid marks, p_final renormalised over the valid tokens (p_base left plain)
@@ -105,7 +106,7 @@ def reference_constrained_greedy(model, tokenizer, ids: list[int], valid_after, 
                                  steps: int) -> tuple[list[int], str]:
     """Greedy under the reference mask after taking `first` (whose text begins with the `healed` whitespace,
     written before the constraint's start): the tokens and the constrained text they write."""
-    vocab, eos = model.config.get_text_config().vocab_size, eos_of(model)
+    eos = eos_of(model)
     texts = token_texts(tokenizer)
     seq, text = [first], texts[first][len(healed) :]
     for _ in range(steps):
@@ -208,7 +209,7 @@ def test_a_click_advances_the_sessions_matcher_by_the_new_tokens_only(embedded):
     taken = text + first["branches"][0]["text"]
     checked = cli._check_constraint(constraint, taken, None)
     model, _ = embedded
-    _, guide = cli._context_and_guide(model, tokenizer, taken, taken, None, checked, (cli.default_model_name(), "click"))
+    _, guide = in_process._context_and_guide(model, tokenizer, taken, taken, None, checked, (cli.default_model_name(), "click"))
     assert guide.reused >= len(tokenizer(text[10:])["input_ids"]) - 1
     fresh = cli.lookahead(taken, 2, 3, constraint=constraint, session="other")
     kept = cli.lookahead(taken, 2, 3, constraint=constraint, session="click")
@@ -278,11 +279,3 @@ def test_bad_stops_get_clear_errors(embedded, stop, message):
     with pytest.raises(ValueError, match=message):
         cli.generate("abc", 4, stop=stop)
 
-
-def test_the_vllm_backend_says_it_does_not_apply_constraints(embedded):
-    cli.use_backend("vllm", "http://127.0.0.1:9/v1")
-    try:
-        with pytest.raises(ValueError, match="vLLM backend cannot apply them"):
-            cli.lookahead("abc", constraint={"type": "choice", "value": ["x"]})
-    finally:
-        cli.use_backend("in-process")

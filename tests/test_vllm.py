@@ -336,3 +336,23 @@ def test_app_py_takes_the_backend_on_its_command_line():
     run = subprocess.run([sys.executable, "app.py", "--backend", "vllm"], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert run.returncode == 2 and "needs the server's URL" in run.stderr
+
+
+def test_constraints_answer_as_in_process(vllm):
+    """The valid tokens are computed here with the same grammar and sent as allowed_token_ids: branches and
+    continuations are the in-process ones; p_final is renormalised over the valid tokens that came back."""
+    text = "Is the sea blue? Answer: "
+    choice = {"type": "choice", "value": ["yes", "no", "maybe"]}
+    date = {"type": "regex", "value": "[0-9]{4}-[0-9]{2}-[0-9]{2}"}
+    with in_process():
+        expected = (cli.lookahead(text, 3, 4, constraint=choice, session="reference"),
+                    cli.next_token_distribution(text, 10, constraint=choice),
+                    cli.generate("The date of the moon landing: ", 12, "greedy", constraint=date))
+    ours = cli.lookahead(text, 3, 4, constraint=choice, session="v")
+    assert [b["token_ids"] for b in ours["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
+    assert [(b["text"], b["ends"]) for b in ours["branches"]] == [(b["text"], b["ends"]) for b in expected[0]["branches"]]
+    assert "approximate" in ours["notice"]
+    valid = [e["token_id"] for e in cli.next_token_distribution(text, 10, constraint=choice) if e["valid"]]
+    assert valid and valid == [e["token_id"] for e in expected[1] if e["valid"]][: len(valid)]
+    continued = cli.generate("The date of the moon landing: ", 12, constraint=date)
+    assert continued["token_ids"] == expected[2]["token_ids"]

@@ -99,6 +99,9 @@ BAD_REQUESTS = [
     ("/generate", ("ok", 8, "beam"), {}),
     ("/token_probabilities", ("ok", 50), {}),
     ("/lookahead", ("ok", 5, 3), {"messages": [{"role": "bot", "content": "hi"}]}),
+    ("/lookahead", ("ok", 5, 3), {"constraint": {"type": "regex", "value": "[0-9]+", "start": 0}}),
+    ("/generate", ("ok", 8), {"constraint": {"type": "regex", "value": "(("}}),
+    ("/generate", ("ok", 8), {"stop": [""]}),
 ]
 LOCAL = {"/lookahead": cli.lookahead, "/next_token_distribution": cli.next_token_distribution,
          "/generate": cli.generate, "/token_probabilities": cli.token_probabilities}
@@ -211,3 +214,15 @@ def test_the_heatmap_and_chat_mode_answer_as_on_the_cpu(space):
     chat = client.predict("2+2 equals", 3, 2, messages=conversation, api_name="/lookahead")
     expected = cli.lookahead("2+2 equals", 3, 2, session="local zerogpu chat", messages=conversation)
     assert [b["token_ids"] for b in chat["branches"]] == [b["token_ids"] for b in expected["branches"]]
+
+
+def test_constraints_and_stops_answer_as_on_the_cpu(space):
+    url, _ = space
+    client = Client(url, verbose=False)
+    text = "Is the sea blue? Answer: "
+    choice = {"type": "choice", "value": ["yes", "no", "maybe"], "start": None}
+    remote = client.predict(text, 3, 3, constraint=choice, api_name="/lookahead")
+    local = cli.lookahead(text, 3, 3, session="local zerogpu constraint", constraint=choice)
+    assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
+    out = client.predict("Once upon a time", 24, "lookahead", stop=[","], api_name="/generate")
+    assert out["text"] == cli.generate("Once upon a time", 24, stop=[","])["text"]

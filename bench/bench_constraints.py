@@ -1,0 +1,116 @@
+"""What a constraint costs: per click and per generated token at ~1k tokens of context, against unconstrained.
+
+Timed in the same run on the embedded model (fp32, this machine's threads):
+  mask          one `Guide.valid()` (llguidance's token mask, unpacked to a bool tensor), and one advance
+  click         a branch taken and the next lookahead (5 branches, depth 3) on the session's warm cache
+  token         greedy `generate` of 48 tokens (lookahead decoding off and on), seconds per token
+Ratios are against the unconstrained call of the same kind in the same run (machines are noisy).
+Run: python bench/bench_constraints.py [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import custom_llm_inference as cli  # noqa: E402
+from lookahead import in_process  # noqa: E402
+from lookahead.cpu_linear import cpu_model  # noqa: E402
+
+STORY = ("The lighthouse stood at the edge of the world. Every evening the keeper climbed its hundred steps, lit the "
+         "great lamp, and watched the sea. ") * 40  # ~1k tokens
+CONSTRAINTS = {
+    "none": None,
+    "choice": {"type": "choice", "value": ["The ship came back.", "The ship never came back.", "Nobody knows."]},
+    "regex": {"type": "regex", "value": r"[A-Za-z ,.']{1,400}"},
+    "json_schema": {"type": "json_schema", "value": {
+        "type": "object", "properties": {"ship": {"type": "string"}, "crew": {"type": "integer"},
+                                         "log": {"type": "string"}}, "required": ["ship", "crew", "log"]}},
+}
+
+
+def seconds(run, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def click_seconds(constraint: dict | None, repeats: int) -> float:
+    """A click on a warm session: the first branch taken, and the lookahead after it."""
+    session = f"bench {json.dumps(constraint)}"
+    text = STORY
+    first = cli.lookahead(text, 5, 3, session=session, constraint=constraint)
+    taken = text + first["branches"][0]["text"]
+    constraint = None if constraint is None else {**constraint, "start": len(STORY)}
+
+    def click() -> None:
+        cli.prefix_caches.clear()  # each repeat from the same warm state: the text's cache, then the click
+        cli.lookahead(text, 5, 3, session=session, constraint=constraint)
+        start = time.perf_counter()
+        cli.lookahead(taken, 5, 3, session=session, constraint=constraint)
+        click.took.append(time.perf_counter() - start)
+
+    click.took = []
+    for _ in range(repeats):
+        click()
+    return statistics.median(click.took)
+
+
+def mask_microseconds(constraint: dict, n: int = 200) -> tuple[float, float]:
+    """One mask and one advance of a guide just after the constraint's start (its busiest state: many tokens valid)."""
+    model, tokenizer = cli.load_model()
+    checked = cli._check_constraint({**constraint, "start": None}, "Log:", None)
+    _, guide = in_process._context_and_guide(model, tokenizer, "Log:", "Log:", None, checked, ("bench", "mask"))
+    start = time.perf_counter()
+    for _ in range(n):
+        valid = guide.valid()
+    mask = (time.perf_counter() - start) / n
+    token = int(torch.nonzero(valid)[0])
+    start = time.perf_counter()
+    for _ in range(n):
+        forked = guide.fork()
+        forked.advance(token)
+    advance = (time.perf_counter() - start) / n
+    return 1e6 * mask, 1e6 * advance
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    model, tokenizer = cli.load_model()
+    print(f"model {cli.default_model_name()} on {model.device} ({cpu_model()}), torch threads {torch.get_num_threads()}, "
+          f"context {len(tokenizer(STORY)['input_ids'])} tokens, median of {args.repeats}\n")
+    print("| constraint | mask µs | fork+advance µs | click ms | click × none | greedy ms/token | × none | "
+          "lookahead ms/token | × none | tokens |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    base: dict[str, float] = {}
+    for name, constraint in CONSTRAINTS.items():
+        mask, advance = mask_microseconds(constraint) if constraint else (0.0, 0.0)
+        click = click_seconds(constraint, args.repeats)
+        row = [f"{mask:.0f}", f"{advance:.0f}", f"{1000 * click:.0f}"]
+        base.setdefault("click", click)
+        row.append(f"{click / base['click']:.2f}×")
+        for method in ("greedy", "lookahead"):
+            prompt = STORY + "\nThe keeper's log for that night:"
+            out = cli.generate(prompt, 48, method, constraint=constraint)
+            took = seconds(lambda: cli.generate(prompt, 48, method, constraint=constraint), args.repeats)
+            per_token = took / len(out["token_ids"])
+            base.setdefault(method, per_token)
+            row += [f"{1000 * per_token:.1f}", f"{per_token / base[method]:.2f}×"]
+        row.append(str(len(out["token_ids"])))
+        print(f"| {name} | " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
