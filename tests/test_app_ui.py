@@ -125,12 +125,27 @@ def test_import_errors_are_shown_not_raised_as_tracebacks():
 def test_presets_round_trip_through_the_controls():
     for name in ("greedy", "balanced", "creative"):
         assert matching_preset(*apply_preset(name)) == name
-    assert matching_preset(0.33, 0, 1.0, 1.0, "greedy") == "custom"
+    assert matching_preset(0.33, 0, 1.0, 1.0, 0.0, 0.0, "greedy") == "custom"
+    assert matching_preset(1.0, 0, 1.0, 1.0, 0.5, 0.0, "greedy") == "custom", "a presence penalty is no preset's"
 
 
 def test_a_cut_branch_says_so():
     assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.0}).endswith("cut")
     assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.5}).endswith("50%")
+    assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.5, "stop": ","}).startswith("␣x✂")
+
+
+def test_the_constrain_panel_builds_the_apis_constraint_and_stop_strings():
+    from ui.constrain import constraint_from, in_force, stop_strings
+
+    assert constraint_from("choice", "yes\nno\n", "plain text", 4, "abcdef") == {
+        "type": "choice", "value": ["yes", "no"], "start": 4}
+    assert constraint_from("regex", "[0-9]+", "chat", 4, "abcdef")["start"] == 0, "chat: from the reply's start"
+    assert constraint_from("regex", "[0-9]+", "plain text", 99, "abc")["start"] == 3
+    assert in_force({"type": "regex", "value": "x", "start": 10}, "abc")["start"] == 3, "after an undo: from the end"
+    assert stop_strings("\\n\n.\n") == ["\n", "."] and stop_strings("") is None
+    with pytest.raises(gr.Error):
+        constraint_from("regex", "  ", "plain text", 0, "abc")
 
 
 def test_a_stored_tree_is_restored_and_an_unreadable_one_ignored():
