@@ -3,7 +3,8 @@
 Timed in the same run on the embedded model (fp32, this machine's threads):
   mask          one `Guide.valid()` (llguidance's token mask, unpacked to a bool tensor), and one advance
   click         a branch taken and the next lookahead (5 branches, depth 3) on the session's warm cache
-  token         greedy `generate` of 48 tokens (lookahead decoding off and on), seconds per token
+  token         greedy `generate` of up to 48 tokens (lookahead decoding off and on), seconds per token
+                (the prompt's pass included), against as many tokens unconstrained (a choice ends early)
 Ratios are against the unconstrained call of the same kind in the same run (machines are noisy).
 Run: python bench/bench_constraints.py [--repeats 3]
 """
@@ -70,7 +71,7 @@ def mask_microseconds(constraint: dict, n: int = 200) -> tuple[float, float]:
     """One mask and one advance of a guide just after the constraint's start (its busiest state: many tokens valid)."""
     model, tokenizer = cli.load_model()
     checked = cli._check_constraint({**constraint, "start": None}, "Log:", None)
-    _, guide = in_process._context_and_guide(model, tokenizer, "Log:", "Log:", None, checked, ("bench", "mask"))
+    _, guide = in_process._context_and_guide(model, tokenizer, "Log:", "Log:", None, checked, (cli.default_model_name(), "bench mask"))
     start = time.perf_counter()
     for _ in range(n):
         valid = guide.valid()
@@ -94,21 +95,20 @@ def main() -> None:
     print("| constraint | mask µs | fork+advance µs | click ms | click × none | greedy ms/token | × none | "
           "lookahead ms/token | × none | tokens |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    base: dict[str, float] = {}
+    base: dict[str, float] = {}  # the unconstrained click
     for name, constraint in CONSTRAINTS.items():
         mask, advance = mask_microseconds(constraint) if constraint else (0.0, 0.0)
         click = click_seconds(constraint, args.repeats)
         row = [f"{mask:.0f}", f"{advance:.0f}", f"{1000 * click:.0f}"]
         base.setdefault("click", click)
         row.append(f"{click / base['click']:.2f}×")
+        prompt = STORY + "\nThe keeper's log for that night:"
         for method in ("greedy", "lookahead"):
-            prompt = STORY + "\nThe keeper's log for that night:"
-            out = cli.generate(prompt, 48, method, constraint=constraint)
-            took = seconds(lambda: cli.generate(prompt, 48, method, constraint=constraint), args.repeats)
-            per_token = took / len(out["token_ids"])
-            base.setdefault(method, per_token)
-            row += [f"{1000 * per_token:.1f}", f"{per_token / base[method]:.2f}×"]
-        row.append(str(len(out["token_ids"])))
+            n = len(cli.generate(prompt, 48, method, constraint=constraint)["token_ids"])
+            took = seconds(lambda: cli.generate(prompt, n, method, constraint=constraint), args.repeats)
+            free = seconds(lambda: cli.generate(prompt, n, method), args.repeats)  # as many tokens, unconstrained
+            row += [f"{1000 * took / n:.1f}", f"{took / free:.2f}×"]
+        row.append(str(n))
         print(f"| {name} | " + " | ".join(row) + " |")
 
 
