@@ -390,6 +390,16 @@ def api_next_token_distribution(
     )
 
 
+def api_attribution(
+    text: str, target_token_id: int | None = None, method: str = "input_x_gradient", steps: int = 16,
+    window: int = 512, messages: list[dict] | None = None, model_name: str | None = None, request: gr.Request = None,
+) -> dict:
+    """Why the model expects a next token after `text`: each token's share (saliency, input_x_gradient,
+    integrated_gradients or attention; see README)."""
+    return cli.attribution(text, target_token_id, method, steps, window, session=session_key(request),
+                           messages=messages, model_name=offered(model_name))
+
+
 with gr.Blocks(title="Interactive Lookahead") as demo:
     gr.Markdown(
         "## Interactive Lookahead\nWrite, and see where the model could go next. Click a branch (or "
@@ -579,6 +589,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     gr.api(handled(api_generate), api_name="generate", concurrency_id="generate")
     gr.api(handled(api_next_token_distribution), api_name="next_token_distribution", concurrency_id="interact")
     gr.api(handled(api_token_probabilities), api_name="token_probabilities", concurrency_id="interact")
+    gr.api(handled(api_attribution), api_name="attribution", concurrency_id="interact")
 
 
 def concurrency() -> int:

@@ -28,6 +28,7 @@ import math
 import os
 from collections.abc import Iterable, Iterator
 
+from lookahead.attribution import METHODS as ATTRIBUTION_METHODS
 from lookahead.backend import Backend, BackendError
 from lookahead.branches import get_lookahead_sequences
 from lookahead.chat import check_messages, check_template
@@ -46,6 +47,7 @@ __all__ = [
     "MAX_TOP_K",
     "PRESETS",
     "BackendError",
+    "attribution",
     "available_models",
     "backend",
     "default_model_name",
@@ -70,12 +72,16 @@ MAX_TOP_K = 200
 MAX_NEW_TOKENS = 1024
 MAX_TEXT_CHARS = 1_000_000  # far past any model's context; keeps tokenizing a pasted book bounded
 MAX_STOPS, MAX_STOP_CHARS = 8, 200
+MAX_STEPS, MAX_WINDOW = 64, 2048  # attribution: integrated-gradients points, tokens explained
 GENERATION_METHODS = ("greedy", "lookahead")
 
 # GPU time asked of ZeroGPU per call (before its duration factor, 1.5 on current hardware).
 # The request is checked against the visitor's remaining quota (~2 minutes for an anonymous
 # visitor) before anything runs, so ask for what a call needs, not a safe maximum.
 INTERACTION_GPU_SECONDS = 10  # a lookahead or distribution: well under a second of work
+# An attribution: a forward and a backward (~3 forwards) per token of the window and per step; 2048 tokens x
+# 64 steps asks for 10 + 53 s (x1.5: under an anonymous visitor's ~2 minutes).
+ATTRIBUTION_GPU_SECONDS_PER_TOKEN_PASS = 0.0004
 GENERATE_GPU_SECONDS = 4.0  # a continuation: the prompt's pass and start-up ...
 GENERATE_GPU_SECONDS_PER_TOKEN = 0.015  # ... plus this per new token (MAX_NEW_TOKENS: 19.4 s)
 
@@ -168,6 +174,9 @@ def gpu_seconds(task: str, request: dict) -> float:
     """The GPU duration `_on_gpu(task, request)` asks ZeroGPU for."""
     if task == "generate":
         return GENERATE_GPU_SECONDS + GENERATE_GPU_SECONDS_PER_TOKEN * request["max_new_tokens"]
+    if task == "attribution":  # a forward and a backward over the window, per integrated-gradients step
+        passes = request["steps"] if request["method"] == "integrated_gradients" else 1
+        return INTERACTION_GPU_SECONDS + ATTRIBUTION_GPU_SECONDS_PER_TOKEN_PASS * request["window"] * passes
     return INTERACTION_GPU_SECONDS
 
 
@@ -289,6 +298,38 @@ def token_probabilities(
         model_name=_check_model_name(model_name),
     )
     return _last(_backend.serve("scores", request))
+
+
+def attribution(
+    text: str, target_token_id: int | None = None, method: str = "input_x_gradient", steps: int = 16,
+    window: int = 512, *, session: str = "default", model_name: str | None = None, messages: list[dict] | None = None,
+) -> dict:
+    """Why the model expects a token after `text`: each token's share of log p(target | text).
+
+    `target_token_id`: the next token to explain (None: the model's first choice by p_base). Methods
+    (lookahead/attribution.py): "saliency" ‖∂f/∂e_i‖, "input_x_gradient" ‖e_i ⊙ ∂f/∂e_i‖,
+    "integrated_gradients" (zero baseline, `steps` points, 1–64), "attention" (the last position's
+    weights, averaged over layers and heads). Over the last `window` tokens (1–2048); scores sum to 1
+    over the window. Returns {"target": {"token_id", "token", "prob"}, "method", "steps",
+    "window_tokens", "truncated_tokens", "tokens": [{"token_id", "token", "start", "end", "score"}]}:
+    the tokens and spans are token_probabilities', tokens before the window have score None. In chat
+    mode the reply's tokens are listed, attributed after the conversation. Runs in-process only.
+    """
+    chat = _check_messages(messages, _check_model_name(model_name))
+    text = _check_text(text, chat)
+    if target_token_id is not None:
+        _check_int("target_token_id", target_token_id, 0, len(load_tokenizer(model_name)) - 1)
+    request = dict(
+        text=text,
+        messages=chat,
+        target_token_id=None if target_token_id is None else int(target_token_id),
+        method=_check_choice("method", method, ATTRIBUTION_METHODS),
+        steps=_check_int("steps", steps, 1, MAX_STEPS),
+        window=_check_int("window", window, 1, MAX_WINDOW),
+        session=str(session),
+        model_name=_check_model_name(model_name),
+    )
+    return _last(_backend.serve("attribution", request))
 
 
 def lookahead(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-TASKS = ("lookahead", "distribution", "scores", "generate")
+TASKS = ("lookahead", "distribution", "scores", "generate", "attribution")
 
 
 class BackendError(RuntimeError):

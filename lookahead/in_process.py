@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from lookahead.attribution import attribute
 from lookahead.branches import Lookahead, get_lookahead_sequences
 from lookahead.chat import as_dicts, encode
 from lookahead.constraints import Constraint, Guide, MatcherStore
@@ -29,6 +30,7 @@ from lookahead.models import (
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.results import (
     Continuation,
+    attribution_entries,
     branch_entries,
     context_info,
     distribution_entries,
@@ -100,6 +102,8 @@ def answer(task: str, request: dict) -> Iterator[dict]:
         yield _next_tokens(**request)
     elif task == "scores":
         yield _token_probabilities(**request)
+    elif task == "attribution":
+        yield _attribution(**request)
     else:
         raise ValueError(f"unknown task {task!r}")
 
@@ -270,3 +274,32 @@ def _generation(
     else:
         steps = greedy_passes(model, ids[dropped:], max_new_tokens, stops, guide)
     yield from continuation.follow(((step.tokens, step.sources) for step in steps), time_limit)
+
+
+def _attribution(
+    text: str, target_token_id: int | None, method: str, steps: int, window: int, session: str,
+    model_name: str | None, messages: Messages | None,
+) -> dict:
+    """Each token's share in the model's probability of the next token (lookahead/attribution.py), over the
+    last `window` tokens of the context (in chat mode the conversation's, the reply's tokens listed)."""
+    model, tokenizer = load_model(model_name)
+    encoding, text_start = encode(
+        tokenizer, text, as_dicts(messages), return_offsets_mapping=True, return_special_tokens_mask=True
+    )
+    all_ids = encoding["input_ids"]
+    dropped = max(0, len(all_ids) - min(window, _context_limit(model)))
+    ids = all_ids[dropped:]
+    if target_token_id is None:
+        with torch.inference_mode():
+            logits = model(torch.tensor([ids], device=model.device), use_cache=False, logits_to_keep=1).logits
+        target_token_id = int(logits[0, -1].argmax())
+    scores, prob = attribute(model, ids, target_token_id, method, steps)
+    return {
+        "target": {"token_id": target_token_id, "token": tokenizer.decode([target_token_id]), "prob": prob},
+        "method": method,
+        "steps": steps if method == "integrated_gradients" else 1,
+        "window_tokens": len(ids),
+        "truncated_tokens": dropped,
+        "tokens": attribution_entries(all_ids, [None] * dropped + scores.tolist(), tokenizer,
+                                      encoding["offset_mapping"], encoding["special_tokens_mask"], text_start, len(text)),
+    }

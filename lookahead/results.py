@@ -124,8 +124,8 @@ def token_entries(
     text_start: int, text_length: int,
 ) -> list[dict]:
     """The entries of the tokens that are the text's (offsets into the tokenized string, whose text begins at `text_start`)."""
-    listed = [not s and end > text_start for (_, end), s in zip(offsets, special)]
-    spans = iter(token_spans([(a - text_start, b - text_start) for (a, b), ok in zip(offsets, listed) if ok], text_length))
+    listed, spans = text_tokens(offsets, special, text_start, text_length)
+    spans = iter(spans)
     vocabulary = token_texts(tokenizer)
 
     def texts(token_id: int) -> str:
@@ -147,6 +147,26 @@ def token_entries(
                              for i, lp in zip(top_ids, top_logprobs) if i >= 0] if scored else None,
         })
     return entries
+
+
+def text_tokens(
+    offsets: list[tuple[int, int]], special: list[int], text_start: int, text_length: int
+) -> tuple[list[bool], list[tuple[int, int]]]:
+    """Which tokens of the tokenized string are the text's (not special, ending inside it), and their spans in it."""
+    listed = [not s and end > text_start for (_, end), s in zip(offsets, special)]
+    return listed, token_spans([(a - text_start, b - text_start) for (a, b), ok in zip(offsets, listed) if ok], text_length)
+
+
+def attribution_entries(
+    ids: list[int], scores: list[float | None], tokenizer: PreTrainedTokenizerBase, offsets: list[tuple[int, int]],
+    special: list[int], text_start: int, text_length: int,
+) -> list[dict]:
+    """The text's tokens with their share of the attribution (None: before the window), spans as token_entries'."""
+    listed, spans = text_tokens(offsets, special, text_start, text_length)
+    vocabulary = token_texts(tokenizer)
+    chosen = [(token, score) for token, score, ok in zip(ids, scores, listed) if ok]
+    return [{"token_id": token, "token": vocabulary[token] if token < len(vocabulary) else "", "start": start,
+             "end": end, "score": score} for (token, score), (start, end) in zip(chosen, spans)]
 
 
 class Continuation:

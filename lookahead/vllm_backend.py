@@ -183,6 +183,9 @@ class VLLMBackend:
             yield self._distribution(**request)
         elif task == "scores":
             yield self._scores(**request)
+        elif task == "attribution":
+            raise ValueError("attribution needs the model's weights and gradients in this process; the vLLM server "
+                             "returns log-probabilities only: ask it of the in-process backend (use_backend())")
         else:
             raise ValueError(f"unknown task {task!r}")
 

@@ -102,9 +102,11 @@ BAD_REQUESTS = [
     ("/lookahead", ("ok", 5, 3), {"constraint": {"type": "regex", "value": "[0-9]+", "start": 0}}),
     ("/generate", ("ok", 8), {"constraint": {"type": "regex", "value": "(("}}),
     ("/generate", ("ok", 8), {"stop": [""]}),
+    ("/attribution", ("ok",), {"method": "shap"}),
+    ("/attribution", ("ok",), {"steps": 0}),
 ]
 LOCAL = {"/lookahead": cli.lookahead, "/next_token_distribution": cli.next_token_distribution,
-         "/generate": cli.generate, "/token_probabilities": cli.token_probabilities}
+         "/generate": cli.generate, "/token_probabilities": cli.token_probabilities, "/attribution": cli.attribution}
 
 
 @pytest.mark.parametrize("endpoint, args, kwargs", BAD_REQUESTS)
@@ -226,3 +228,11 @@ def test_constraints_and_stops_answer_as_on_the_cpu(space):
     assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
     out = client.predict("Once upon a time", 24, "lookahead", stop=[","], api_name="/generate")
     assert out["text"] == cli.generate("Once upon a time", 24, stop=[","])["text"]
+
+
+def test_attribution_answers_as_on_the_cpu(space):
+    url, _ = space
+    remote = Client(url, verbose=False).predict("The capital of France is", None, "saliency", api_name="/attribution")
+    local = cli.attribution("The capital of France is", None, "saliency", session="local zerogpu attribution")
+    assert remote["target"]["token_id"] == local["target"]["token_id"]
+    assert [t["score"] for t in remote["tokens"]] == pytest.approx([t["score"] for t in local["tokens"]], abs=1e-5)

@@ -1,0 +1,73 @@
+"""Why this token: how much each token of the context drove the model's probability of one next token.
+
+f = log p(target | context) at the last position, as a function of the input embeddings e_i:
+  saliency              ‖∂f/∂e_i‖₂
+  input_x_gradient      ‖e_i ⊙ ∂f/∂e_i‖₂
+  integrated_gradients  ‖e_i ⊙ (1/m) Σ_{k=1..m} ∂f/∂e_i at (k/m)·e‖₂   (zero baseline, m steps)
+  attention             the last position's attention weights to each position, averaged over layers and heads
+Scores are normalised to sum to 1. A gradient costs a forward and a backward over the whole window (no
+KV cache helps), so callers bound the window; integrated gradients runs its m points a few at a time.
+Attention weights need the eager attention path: the model switches to it for that one forward.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+from transformers import PreTrainedModel
+
+METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "attention")
+IG_BATCH = 4  # integrated-gradients points per forward/backward (memory grows with it)
+_eager = threading.Lock()  # one attention-weights forward at a time switches the model's attention path
+
+
+def attribute(model: PreTrainedModel, ids: list[int], target: int, method: str, steps: int) -> tuple[torch.Tensor, float]:
+    """(scores (n,) summing to 1, p(target)) for the context `ids` and the next token `target`."""
+    if method == "attention":
+        weights, prob = _attention(model, ids, target)
+    else:
+        weights, prob = _gradients(model, ids, target, method, steps)
+    return weights / weights.sum().clamp_min(1e-30), prob
+
+
+def _log_prob(model: PreTrainedModel, embeds: torch.Tensor, target: int) -> torch.Tensor:
+    """log p(target) after each row of `embeds` (B, n, d), as a (B,) tensor."""
+    logits = model(inputs_embeds=embeds, use_cache=False, logits_to_keep=1).logits[:, -1].float()
+    return torch.log_softmax(logits, -1)[:, target]
+
+
+def _gradients(model: PreTrainedModel, ids: list[int], target: int, method: str, steps: int) -> tuple[torch.Tensor, float]:
+    embeds = model.get_input_embeddings()(torch.tensor([ids], device=model.device)).detach()
+    with torch.enable_grad():
+        if method == "integrated_gradients":
+            total = torch.zeros_like(embeds[0])
+            for first in range(1, steps + 1, IG_BATCH):
+                alphas = torch.arange(first, min(first + IG_BATCH, steps + 1), device=embeds.device) / steps
+                scaled = (alphas[:, None, None] * embeds).to(embeds.dtype).requires_grad_(True)
+                (grad,) = torch.autograd.grad(_log_prob(model, scaled, target).sum(), scaled)
+                total += grad.sum(0)
+            grad = total / steps
+        else:
+            point = embeds.clone().requires_grad_(True)
+            (grad,) = torch.autograd.grad(_log_prob(model, point, target).sum(), point)
+            grad = grad[0]
+    with torch.inference_mode():
+        prob = float(_log_prob(model, embeds, target).exp())
+    weighted = grad if method == "saliency" else embeds[0] * grad
+    return weighted.float().norm(dim=-1), prob
+
+
+@torch.inference_mode()
+def _attention(model: PreTrainedModel, ids: list[int], target: int) -> tuple[torch.Tensor, float]:
+    config = model.config.get_text_config()
+    with _eager:
+        previous = config._attn_implementation
+        model.set_attn_implementation("eager")
+        try:
+            out = model(torch.tensor([ids], device=model.device), use_cache=False, output_attentions=True)
+        finally:
+            model.set_attn_implementation(previous)
+    last = torch.stack([layer[0, :, -1, :].float() for layer in out.attentions])  # (layers, heads, n)
+    prob = float(torch.softmax(out.logits[0, -1].float(), -1)[target])
+    return last.mean(dim=(0, 1)), prob

@@ -1,0 +1,101 @@
+"""Attribution against an independent computation: torch.func gradients point by point, and a second,
+eager-attention copy of each model for the attention weights."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import custom_llm_inference as cli
+from lookahead.models import model_source
+
+TEXT = "The old lighthouse keeper climbed the stairs and"
+TOLERANCE = 1e-3
+
+
+def reference_scores(model, ids: list[int], target: int, method: str, steps: int) -> torch.Tensor:
+    """f = log p(target) at the last position as a function of the input embeddings, differentiated by torch.func."""
+    embeds = model.get_input_embeddings()(torch.tensor(ids)).detach()
+
+    def f(e):
+        return torch.log_softmax(model(inputs_embeds=e[None], use_cache=False).logits[0, -1].float(), -1)[target]
+
+    if method == "integrated_gradients":
+        grad = sum(torch.func.grad(f)(k / steps * embeds) for k in range(1, steps + 1)) / steps
+    else:
+        grad = torch.func.grad(f)(embeds)
+    scores = (grad if method == "saliency" else embeds * grad).norm(dim=-1)
+    return scores / scores.sum()
+
+
+def reference_attention(model_name: str, ids: list[int]) -> torch.Tensor:
+    eager = AutoModelForCausalLM.from_pretrained(model_source(model_name), attn_implementation="eager").eval()
+    with torch.no_grad():
+        attentions = eager(torch.tensor([ids]), output_attentions=True).attentions
+    scores = torch.stack([a[0, :, -1, :] for a in attentions]).mean(dim=(0, 1))
+    return scores / scores.sum()
+
+
+@pytest.mark.parametrize("method", ["saliency", "input_x_gradient", "integrated_gradients", "attention"])
+def test_scores_equal_an_independent_computation(model_name, method):
+    model, tokenizer = cli.load_model(model_name)
+    ids = tokenizer(TEXT)["input_ids"]
+    result = cli.attribution(TEXT, None, method, 4, model_name=model_name)
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0, -1].float()
+    target = int(logits.argmax())
+    assert result["target"]["token_id"] == target
+    assert result["target"]["prob"] == pytest.approx(float(torch.softmax(logits, -1)[target]), abs=1e-5)
+    expected = reference_attention(model_name, ids) if method == "attention" else reference_scores(model, ids, target, method, 4)
+    scores = torch.tensor([t["score"] for t in result["tokens"]])
+    assert torch.allclose(scores, expected, atol=TOLERANCE), (scores, expected)
+    assert sum(t["score"] for t in result["tokens"]) == pytest.approx(1.0, abs=1e-5)
+    assert model.config._attn_implementation != "eager" or method != "attention", "the model's attention path is restored"
+
+
+def test_tokens_and_spans_are_token_probabilities_and_a_window_leaves_the_start_unscored(embedded):
+    text = "Once upon a time, in a kingdom by the sea, there lived a"
+    result = cli.attribution(text, 264, "saliency", window=5)  # token 264: " king"? any id will do
+    scored = cli.token_probabilities(text)
+    assert [(t["token_id"], t["start"], t["end"]) for t in result["tokens"]] == [
+        (t["token_id"], t["start"], t["end"]) for t in scored["tokens"]]
+    assert "".join(text[t["start"] : t["end"]] for t in result["tokens"]) == text
+    assert result["window_tokens"] == 5 and result["truncated_tokens"] == len(result["tokens"]) - 5
+    assert all(t["score"] is None for t in result["tokens"][:-5])
+    assert sum(t["score"] for t in result["tokens"][-5:]) == pytest.approx(1.0, abs=1e-5)
+    assert result["target"]["token_id"] == 264 and result["steps"] == 1
+
+
+def test_chat_mode_lists_the_replys_tokens_attributed_after_the_conversation(embedded):
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    result = cli.attribution("The capital is", messages=messages, method="input_x_gradient")
+    assert "".join(t["token"] for t in result["tokens"]) == "The capital is"
+    assert result["window_tokens"] > len(result["tokens"]), "the conversation is in the window"
+    assert 0 < sum(t["score"] for t in result["tokens"]) < 1
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"method": "shap"}, "method must be one of"),
+    ({"target_token_id": 10**7}, "target_token_id must be between"),
+    ({"steps": 0}, "steps must be between 1 and 64"),
+    ({"steps": 65}, "steps must be between 1 and 64"),
+    ({"window": 0}, "window must be between 1 and 2048"),
+])
+def test_bad_input_gets_a_clear_error(embedded, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        cli.attribution("abc", **kwargs)
+
+
+def test_the_vllm_backend_says_attribution_runs_in_process(embedded):
+    cli.use_backend("vllm", "http://127.0.0.1:9/v1")
+    try:
+        with pytest.raises(ValueError, match="in this process"):
+            cli.attribution("abc")
+    finally:
+        cli.use_backend()
+
+
+def test_the_gpu_time_asked_grows_with_the_window_and_the_steps():
+    small = cli.gpu_seconds("attribution", {"method": "integrated_gradients", "steps": 4, "window": 128})
+    large = cli.gpu_seconds("attribution", {"method": "integrated_gradients", "steps": 64, "window": 2048})
+    assert small < cli.gpu_seconds("attribution", {"method": "integrated_gradients", "steps": 16, "window": 512}) < large
+    assert 1.5 * large < 120, "the largest fits an anonymous visitor's quota"
