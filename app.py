@@ -27,7 +27,7 @@ from ui.scripts import (
     CARET_JS, CLICK_TOKEN_JS, CSS, DOWNLOAD_JS, IMPORT_HTML, IMPORT_JS, KEYBOARD_JS, READ_STORED_JS, SAVE_HISTORY_JS,
     SELECT_NODE_JS,
 )
-from ui.render import branch_label, distribution_plot, tree_view
+from ui.render import attribution_view, branch_label, distribution_plot, tree_view
 
 SOURCE_LABELS = {"jacobi": "Jacobi window", "ngram": "n-gram draft", "recycled": "recycled prediction",
                  "step": "plain step"}
@@ -236,6 +236,30 @@ def force_token(text: str, shown: tuple[str, dict] | None, history: History, eve
     piece = entry["token"][len(result["healed_whitespace"]) :]  # healing: the whitespace is in the text
     history.add(text + piece, "token", [entry["token_id"]], node_settings(shown))
     return history.text, history
+
+
+def explain(
+    text: str, shown: tuple[str, dict] | None, method: str, chat_mode: str, system_prompt: str,
+    conversation: list[dict], model_name: str, request: gr.Request, event: gr.EventData,
+) -> tuple[str, int]:
+    """"why?" beside a token in the plot: what in the text drives the model towards it."""
+    entry = next((d for d in shown_for(text, shown)["distribution"] if d["token_id"] == event.token_id), None)
+    if entry is None:
+        raise refuse("That token is no longer shown.")
+    return explain_again(text, entry["token_id"], method, chat_mode, system_prompt, conversation, model_name, request)
+
+
+def explain_again(
+    text: str, token_id: int | None, method: str, chat_mode: str, system_prompt: str, conversation: list[dict],
+    model_name: str, request: gr.Request,
+) -> tuple[str, int]:
+    """The explanation of `token_id` after `text` by `method` (the method switched: the same token again)."""
+    if token_id is None:
+        return gr.skip(), None
+    messages = messages_for(chat_mode, system_prompt, conversation)
+    result = cli.attribution(text, int(token_id), method, session=session_key(request), messages=messages,
+                             model_name=model_name)
+    return attribution_view(text, result), token_id
 
 
 def append_text(text: str, extra: str, shown: tuple[str, dict] | None, history: History):
@@ -468,6 +492,11 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         with gr.Column(scale=2):
             gr.Markdown("**Next token**")
             plot = gr.HTML(elem_id="plot", js_on_load=CLICK_TOKEN_JS)
+            with gr.Accordion("Why? (click “why?” beside a token)", open=True, elem_id="why-panel"):
+                why_method = gr.Radio(list(cli.ATTRIBUTION_METHODS), value="input_x_gradient", label="Method",
+                                      elem_id="why-method")
+                why = gr.HTML(elem_id="why-view")
+                why_token = gr.State(None)  # the token explained, for a switch of method
             model_choice = gr.Dropdown(cli.available_models(), value=cli.default_model_name(), label="Model",
                                        elem_id="model")
             with gr.Accordion("Sampling", open=True):
@@ -550,6 +579,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     )
     heatmap.select(ordered(rewind), [text, heatmap_shown, history], [text, history], **private).success(**suggest_io)
     plot.click(ordered(force_token), [text, shown, history], [text, history], **private).success(**suggest_io)
+    plot.select(ordered(explain), [text, shown, why_method, *context_inputs], [why, why_token], **private)
+    why_method.input(ordered(explain_again), [text, why_token, why_method, *context_inputs], [why, why_token], **private)
     gr.on([append_button.click, extra.submit], ordered(append_text), [text, extra, shown, history],
           [text, history, extra], **private).success(**suggest_io)
     undo_button.click(ordered(lambda h: move(h, "undo")), history, at_node_outputs, **private).success(**suggest_io)

@@ -40,6 +40,7 @@ from lookahead.scoring import MAX_ALTERNATIVES
 from lookahead.vllm_backend import VLLMBackend
 
 __all__ = [
+    "ATTRIBUTION_METHODS",
     "MAX_BRANCHES",
     "MAX_DEPTH",
     "MAX_NEW_TOKENS",

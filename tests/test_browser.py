@@ -357,3 +357,20 @@ def test_the_constrain_panel_makes_branches_the_plot_and_continue_obey(page):
     page.locator("#unconstrain").click()
     expect(page.locator("#constraint-status")).to_contain_text("No constraint")
     expect_suggestions_for(page, text + continued["text"])
+
+
+def test_why_beside_a_token_colours_the_text_by_what_drives_it_and_the_method_can_change(page):
+    text = "The capital of France is"
+    type_text(page, text)
+    shown = expect_suggestions_for(page, text)
+    top = shown["distribution"][0]
+    page.locator("#plot .why").first.click()
+    expected = cli.attribution(text, top["token_id"], "input_x_gradient", session="browser-expectation")
+    view = page.locator("#why-view")
+    expect(view).to_contain_text(f"({100 * expected['target']['prob']:.1f}%) next: input x gradient", timeout=30_000)
+    strongest = max(expected["tokens"], key=lambda t: t["score"])
+    expect(view).to_contain_text(f"{100 * strongest['score']:.0f}%")
+    expect(page.locator("#text textarea")).to_have_value(text)  # asking why appends nothing
+    page.locator("#why-method").get_by_text("attention").click()
+    expect(view).to_contain_text("next: attention", timeout=30_000)
+    page.screenshot(path=SCREENSHOT.with_name("why.png"), full_page=True)

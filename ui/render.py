@@ -19,6 +19,8 @@ TRACK_STYLE = "flex:1 1 auto;display:flex;flex-direction:column;gap:1px"
 BAR_STYLE = "display:block;height:7px;border-radius:2px;min-width:1px"
 PCT_STYLE = "flex:0 0 8.5em;text-align:right;color:var(--body-text-color-subdued);white-space:pre"
 BASE_COLOR, FINAL_COLOR = "var(--neutral-400)", "var(--color-accent)"
+WHY_STYLE = "flex:0 0 auto;font-size:11px;color:var(--color-accent);text-decoration:underline;cursor:help"
+STRONGEST = 5  # tokens listed under an explanation
 TREE_ROWS = 60  # lines of the history tree shown, around the current node
 TREE_STYLE = "max-height:280px;overflow:auto;font:12px ui-monospace,monospace;line-height:1.6"
 
@@ -65,7 +67,10 @@ def distribution_plot(distribution: list[dict]) -> str:
             f'<div class="dist-row" {attrs} style="{style}">'
             f'<span style="{TOKEN_STYLE}">{html.escape(token)}</span>'
             f'<span style="{TRACK_STYLE}">{bar(BASE_COLOR, p_base)}{bar(FINAL_COLOR, p_final)}</span>'
-            f'<span style="{PCT_STYLE}">{100 * p_base:5.1f}% → {final_text}</span></div>'
+            f'<span style="{PCT_STYLE}">{100 * p_base:5.1f}% → {final_text}</span>'
+            + (f'<span class="why" title="why? what in the text drives this token" style="{WHY_STYLE}">why?</span>'
+               if entry else "")
+            + "</div>"
         )
     return f'<div id="distribution">{legend}{"".join(html_rows)}</div>'
 
@@ -121,3 +126,29 @@ def branch_label(branch: dict) -> str:
     return f"{visible(branch['text'])}{end}  ·  " + (f"{100 * p_final:.0f}%" if p_final > 0 else "cut")
 
 
+
+
+def attribution_view(text: str, result: dict) -> str:
+    """The text coloured by each token's share of the explanation, and the strongest few listed."""
+    tokens = [t for t in result["tokens"] if t["score"] is not None]
+    top = max((t["score"] for t in tokens), default=0.0) or 1.0
+    spans = []
+    for t in result["tokens"]:
+        piece = text[t["start"] : t["end"]]
+        if not piece:
+            continue
+        alpha = 0.0 if t["score"] is None else t["score"] / top
+        share = "before the window" if t["score"] is None else f"{100 * t['score']:.1f}%"
+        spans.append(f'<span title="{html.escape(visible(t["token"]))}: {share}" style="background:'
+                     f'rgba(234,88,12,{0.85 * alpha:.2f});border-radius:2px;white-space:pre-wrap">{html.escape(piece)}</span>')
+    strongest = sorted(tokens, key=lambda t: -t["score"])[:STRONGEST]
+    listed = " · ".join(f"<b>{html.escape(visible(t['token']))}</b> {100 * t['score']:.0f}%" for t in strongest)
+    target = result["target"]
+    return (
+        f'<div id="why" style="font-size:13px"><div style="margin-bottom:6px">Why <b>{html.escape(visible(target["token"]))}'
+        f'</b> ({100 * target["prob"]:.1f}%) next: {result["method"].replace("_", " ")}'
+        + (f", {result['steps']} steps" if result["method"] == "integrated_gradients" else "")
+        + f", over the last {result['window_tokens']} tokens</div>"
+        f'<div style="line-height:1.7;max-height:220px;overflow:auto">{"".join(spans)}</div>'
+        f'<div style="margin-top:6px">Strongest: {listed}</div></div>'
+    )

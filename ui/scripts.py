@@ -29,7 +29,9 @@ document.addEventListener("keydown", (e) => {
 # survive re-rendering; the clicked element's data attribute travels as the event's data.
 CLICK_TOKEN_JS = """element.addEventListener('click', (e) => {
   const row = e.target.closest('[data-token-id]');
-  if (row) trigger('click', {token_id: Number(row.dataset.tokenId)});
+  if (!row) return;
+  // "why?" beside a token asks what in the text drives it; the rest of the row appends it
+  trigger(e.target.closest('.why') ? 'select' : 'click', {token_id: Number(row.dataset.tokenId)});
 });"""
 SELECT_NODE_JS = """element.addEventListener('click', (e) => {
   const row = e.target.closest('[data-node]');
