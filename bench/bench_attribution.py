@@ -9,15 +9,14 @@ Run: python bench/bench_attribution.py [--repeats 2]
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import custom_llm_inference as cli  # noqa: E402
+from bench_constraints import seconds  # noqa: E402
 from lookahead.attribution import METHODS, attribute  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
 
@@ -25,15 +24,6 @@ LENGTHS = (128, 512, 2048)
 STEPS = 16
 STORY = ("The lighthouse stood at the edge of the world. Every evening the keeper climbed its hundred steps, lit the "
          "great lamp, and watched the sea. ") * 100
-
-
-def median_seconds(run, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -49,10 +39,10 @@ def main() -> None:
     for n in LENGTHS:
         ids = story[-n:]
         with torch.inference_mode():
-            forward = median_seconds(lambda: model(torch.tensor([ids]), use_cache=False, logits_to_keep=1), args.repeats)
+            forward = seconds(lambda: model(torch.tensor([ids]), use_cache=False, logits_to_keep=1), args.repeats)
         cells = []
         for method in METHODS:
-            took = median_seconds(lambda: attribute(model, ids, ids[0], method, STEPS), args.repeats)
+            took = seconds(lambda: attribute(model, ids, ids[0], method, STEPS), args.repeats)
             cells.append(f"{took:.2f} ({took / forward:.1f}×)")
         print(f"| {n} | {forward:.2f} | " + " | ".join(cells) + " |")
 
