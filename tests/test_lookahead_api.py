@@ -8,7 +8,7 @@ import torch
 
 import custom_llm_inference as cli
 from lookahead.prefix_cache import common_prefix_length
-from lookahead.results import WINDOW_STEP
+from lookahead.results import WINDOW_STEP, window_start
 from reference import reference_lookahead
 
 EDITS = [
@@ -114,7 +114,7 @@ def test_text_longer_than_the_context_keeps_its_end_and_the_window_moves_in_step
     while True:  # a text past the context whose window has room for a few more tokens
         text = " ".join(f"word{i}" for i in range(words))
         n_tokens = len(tokenizer(text)["input_ids"])
-        if n_tokens - cli.window_start(n_tokens, room, context) <= room - 5:
+        if n_tokens - window_start(n_tokens, room, context) <= room - 5:
             break
         words += 1
     result = cli.lookahead(text, 3, depth, model_name=name, session="long")
@@ -135,8 +135,8 @@ def test_text_longer_than_the_context_keeps_its_end_and_the_window_moves_in_step
 
 
 def test_window_start_moves_in_steps():
-    assert cli.window_start(100, 200, 256) == 0
-    assert [cli.window_start(n, 200, 256) for n in (201, 264, 265, 328, 329)] == [64, 64, 128, 128, 192]
+    assert window_start(100, 200, 256) == 0
+    assert [window_start(n, 200, 256) for n in (201, 264, 265, 328, 329)] == [64, 64, 128, 128, 192]
 
 
 @pytest.mark.parametrize(
