@@ -21,11 +21,11 @@ from ui.constrain import PRESETS as CONSTRAINT_PRESETS
 from ui.constrain import TYPES as CONSTRAINT_TYPES
 from ui.constrain import VALUE_LABELS, constraint_from, describe, in_force, preset_fields, stop_strings
 from ui.errors import handled, refuse
-from ui.heatmap import HEATMAP_JS, MODES, heatmap_view
+from ui.heatmap import HEATMAP_JS, HEATMAP_TEMPLATE, MODES, Shown, heatmap_message
 from ui.ordering import SessionOrder
 from ui.scripts import (
-    CARET_JS, CLICK_TOKEN_JS, CSS, DOWNLOAD_JS, IMPORT_HTML, IMPORT_JS, KEYBOARD_JS, READ_STORED_JS, SAVE_HISTORY_JS,
-    SELECT_NODE_JS,
+    BRANCH_WHY_JS, CARET_JS, CLICK_TOKEN_JS, CSS, DOWNLOAD_JS, IMPORT_HTML, IMPORT_JS, KEYBOARD_JS, READ_STORED_JS,
+    SAVE_HISTORY_JS, SELECT_NODE_JS, WHY_BRANCH_JS,
 )
 from ui.render import attribution_view, branch_label, distribution_plot, tree_view
 
@@ -74,8 +74,9 @@ def matching_preset(
 def suggest(
     text: str, history: History, n_branches: int, depth: int, temperature: float, top_k: int, top_p: float,
     repetition_penalty: float, presence_penalty: float, frequency_penalty: float, branch_mode: str,
-    seed: float | None, heatmap_on: bool, colour_by: str, threshold: float, chat_mode: str, system_prompt: str,
-    conversation: list[dict], model_name: str, constraint: dict | None, stops: str, request: gr.Request,
+    seed: float | None, heatmap_on: bool, colour_by: str, threshold: float, heatmap_shown: Shown | None,
+    chat_mode: str, system_prompt: str, conversation: list[dict], model_name: str, constraint: dict | None, stops: str,
+    request: gr.Request,
 ):
     """Recompute everything for `text`: branches, plot, status, heatmap. A typing pause becomes a history node.
 
@@ -113,31 +114,49 @@ def suggest(
     plot = distribution_plot(result["distribution"])
     # after the branches: their pass scored the new tokens
     context = (chat_mode, system_prompt, conversation, model_name)
-    heat = show_heatmap(text, heatmap_on, colour_by, threshold, None, *context, request)
+    heat = show_heatmap(text, heatmap_on, colour_by, threshold, heatmap_shown, *context, request, rescore=True)
     return ((text, result), *buttons, plot, status, history, tree_view(history), history_changes(history), *heat)
 
 
 def show_heatmap(
-    text: str, on: bool, colour_by: str, threshold: float, shown: tuple[str, dict] | None, chat_mode: str,
-    system_prompt: str, conversation: list[dict], model_name: str, request: gr.Request,
-) -> tuple[str, tuple[str, dict] | None]:
-    """The heatmap for `text` (re-coloured from `shown` if that is its), and what it shows, for a rewind."""
+    text: str, on: bool, colour_by: str, threshold: float, shown: Shown | None, chat_mode: str,
+    system_prompt: str, conversation: list[dict], model_name: str, request: gr.Request, rescore: bool = False,
+) -> tuple[str, Shown | None]:
+    """The heatmap's update from what the page shows (`shown`) to `text`: the tokens that changed (ui/heatmap.py).
+
+    The scores are `shown`'s when only the colouring changed; `rescore`: the context may have changed too.
+    """
     if not on or not text:
         return "", None
-    if not shown or shown[0] != text or shown[1]["model"] != model_name:
+    if rescore or not shown or shown.text != text or shown.result["model"] != model_name:
         messages = messages_for(chat_mode, system_prompt, conversation)
         result = cli.token_probabilities(
             text, HEATMAP_ALTERNATIVES, session=session_key(request), model_name=model_name, messages=messages
         )
-        shown = (text, result)
-    return heatmap_view(text, shown[1], colour_by, threshold), shown
+    else:
+        result = shown.result
+    return heatmap_message(text, result, colour_by, threshold, shown)
 
 
-def rewind(text: str, heatmap_shown: tuple[str, dict] | None, history: History, event: gr.EventData):
-    """Put the clicked alternative in place of its token, dropping what followed; the old text stays in the tree."""
-    if not heatmap_shown or heatmap_shown[0] != text:
+def resend_heatmap(
+    text: str, on: bool, colour_by: str, threshold: float, chat_mode: str, system_prompt: str,
+    conversation: list[dict], model_name: str, request: gr.Request,
+) -> tuple[str, Shown | None]:
+    """The whole heatmap again, for a page that missed an update (HEATMAP_JS asks)."""
+    return show_heatmap(text, on, colour_by, threshold, None, chat_mode, system_prompt, conversation, model_name,
+                        request)
+
+
+def heatmap_tokens(text: str, heatmap_shown: Shown | None) -> list[dict]:
+    """The heatmap's tokens, if it shows `text` (a click racing an edit is refused)."""
+    if not heatmap_shown or heatmap_shown.text != text:
         raise refuse("The colours are being refreshed for your edit; try again in a moment.")
-    tokens = heatmap_shown[1]["tokens"]
+    return heatmap_shown.result["tokens"]
+
+
+def rewind(text: str, heatmap_shown: Shown | None, history: History, event: gr.EventData):
+    """Put the clicked alternative in place of its token, dropping what followed; the old text stays in the tree."""
+    tokens = heatmap_tokens(text, heatmap_shown)
     index = int(event.index)
     if not 0 <= index < len(tokens):
         raise refuse("That token is no longer shown.")
@@ -180,8 +199,8 @@ def take_branch_and_suggest(
     index: int, text: str, shown: tuple[str, dict] | None, history: History, n_branches: int, depth: int,
     temperature: float, top_k: int, top_p: float, repetition_penalty: float, presence_penalty: float,
     frequency_penalty: float, branch_mode: str, seed: float | None, heatmap_on: bool, colour_by: str, threshold: float,
-    chat_mode: str, system_prompt: str, conversation: list[dict], model_name: str, constraint: dict | None, stops: str,
-    request: gr.Request,
+    heatmap_shown: Shown | None, chat_mode: str, system_prompt: str, conversation: list[dict], model_name: str,
+    constraint: dict | None, stops: str, request: gr.Request,
 ):
     """A click: the branch appended and the new suggestions, in one event (they were precomputed while the
     writer read, so this is usually instant). In chat mode a branch that ends the reply sends it as a turn."""
@@ -190,8 +209,8 @@ def take_branch_and_suggest(
     if replying and shown[1]["branches"][index].get("ends"):
         text, conversation, _, history = send_reply(text, conversation, history)
     settings = (n_branches, depth, temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty,
-                branch_mode, seed, heatmap_on, colour_by, threshold, chat_mode, system_prompt, conversation, model_name,
-                constraint, stops)
+                branch_mode, seed, heatmap_on, colour_by, threshold, heatmap_shown, chat_mode, system_prompt, conversation,
+                model_name, constraint, stops)
     return (text, conversation, conversation, *suggest(text, history, *settings, request))
 
 
@@ -238,28 +257,71 @@ def force_token(text: str, shown: tuple[str, dict] | None, history: History, eve
     return history.text, history
 
 
-def explain(
+def explain_token(
     text: str, shown: tuple[str, dict] | None, method: str, chat_mode: str, system_prompt: str,
-    conversation: list[dict], model_name: str, request: gr.Request, event: gr.EventData,
-) -> tuple[str, int]:
+    conversation: list[dict], model_name: str, request: gr.Request, event: gr.EventData, progress=gr.Progress(),
+) -> tuple[str, dict]:
     """"why?" beside a token in the plot: what in the text drives the model towards it."""
-    entry = next((d for d in shown_for(text, shown)["distribution"] if d["token_id"] == event.token_id), None)
+    result = shown_for(text, shown)
+    entry = next((d for d in result["distribution"] if d["token_id"] == event.token_id), None)
     if entry is None:
         raise refuse("That token is no longer shown.")
-    return explain_again(text, entry["token_id"], method, chat_mode, system_prompt, conversation, model_name, request)
+    return explain(next_token_question(text, result, entry["token_id"], chat_mode, system_prompt, conversation,
+                                       model_name), method, request, progress)
 
 
-def explain_again(
-    text: str, token_id: int | None, method: str, chat_mode: str, system_prompt: str, conversation: list[dict],
-    model_name: str, request: gr.Request,
-) -> tuple[str, int]:
-    """The explanation of `token_id` after `text` by `method` (the method switched: the same token again)."""
-    if token_id is None:
+def explain_branch(
+    index: int, text: str, shown: tuple[str, dict] | None, method: str, chat_mode: str, system_prompt: str,
+    conversation: list[dict], model_name: str, request: gr.Request, progress=gr.Progress(),
+) -> tuple[str, dict]:
+    """"why?" on a branch: what in the text drives the model towards the branch's first token."""
+    result = shown_for(text, shown)
+    if index is None or not 0 <= int(index) < len(result["branches"]):
+        raise refuse("That branch is no longer shown.")
+    first = result["branches"][int(index)]["token_ids"][0]
+    return explain(next_token_question(text, result, first, chat_mode, system_prompt, conversation, model_name),
+                   method, request, progress)
+
+
+def explain_heatmap_token(
+    text: str, heatmap_shown: Shown | None, method: str, chat_mode: str, system_prompt: str,
+    conversation: list[dict], model_name: str, request: gr.Request, event: gr.EventData, progress=gr.Progress(),
+) -> tuple[str, dict]:
+    """"why the first?" on a token of the heatmap: what in the text before it made the model expect its own
+    first choice there."""
+    tokens = heatmap_tokens(text, heatmap_shown)
+    index = int(event.index)
+    if not 0 <= index < len(tokens) or tokens[index]["prob"] is None:
+        raise refuse("That token is no longer shown.")
+    question = {"text": text, "target_token_id": None, "at_token": index, "where": tokens[index]["token"],
+                "messages": messages_for(chat_mode, system_prompt, conversation), "model_name": model_name}
+    return explain(question, method, request, progress)
+
+
+def next_token_question(
+    text: str, result: dict, token_id: int, chat_mode: str, system_prompt: str, conversation: list[dict],
+    model_name: str,
+) -> dict:
+    """Why `token_id` next, as the suggestions on screen saw the text: with healing, its trailing whitespace is
+    the token's own, so the context ends before it."""
+    context = text[: len(text) - len(result["healed_whitespace"])]
+    return {"text": context, "target_token_id": token_id, "at_token": None, "where": None,
+            "messages": messages_for(chat_mode, system_prompt, conversation), "model_name": model_name}
+
+
+def explain(question: dict | None, method: str, request: gr.Request, progress=gr.Progress()) -> tuple[str, dict]:
+    """The explanation asked by `question` (which token, after which text) by `method`, the progress shown as
+    it goes (integrated gradients takes several passes); also the question, for a switch of method."""
+    if question is None:
         return gr.skip(), None
-    messages = messages_for(chat_mode, system_prompt, conversation)
-    result = cli.attribution(text, int(token_id), method, session=session_key(request), messages=messages,
-                             model_name=model_name)
-    return attribution_view(text, result), token_id
+    result = None
+    for result in cli.attribution_stream(
+        question["text"], question["target_token_id"], method, session=session_key(request),
+        messages=question["messages"], model_name=question["model_name"], at_token=question["at_token"],
+    ):
+        if "done" in result:
+            progress((result["done"], result["of"]), desc=f"why? {method.replace('_', ' ')}", unit="passes")
+    return attribution_view(question["text"], result, question["where"]), question
 
 
 def append_text(text: str, extra: str, shown: tuple[str, dict] | None, history: History):
@@ -416,12 +478,13 @@ def api_next_token_distribution(
 
 def api_attribution(
     text: str, target_token_id: int | None = None, method: str = "input_x_gradient", steps: int = 16,
-    window: int = 512, messages: list[dict] | None = None, model_name: str | None = None, request: gr.Request = None,
+    window: int = 512, messages: list[dict] | None = None, model_name: str | None = None,
+    at_token: int | None = None, request: gr.Request = None,
 ) -> dict:
-    """Why the model expects a next token after `text`: each token's share (saliency, input_x_gradient,
-    integrated_gradients or attention; see README)."""
+    """Why the model expects a next token after `text` (or, with `at_token`, at that token of it): each token's
+    share (saliency, input_x_gradient, integrated_gradients or attention; see README)."""
     return cli.attribution(text, target_token_id, method, steps, window, session=session_key(request),
-                           messages=messages, model_name=offered(model_name))
+                           messages=messages, model_name=offered(model_name), at_token=at_token)
 
 
 with gr.Blocks(title="Interactive Lookahead") as demo:
@@ -430,7 +493,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         "press **Alt+1…9**) or any token in the plot to append it; **Ctrl+Enter** refreshes."
     )
     shown = gr.State(None)  # (text, lookahead result) behind the buttons on screen
-    heatmap_shown = gr.State(None)  # (text, token_probabilities result) behind the heatmap
+    heatmap_shown = gr.State(None)  # what the page's heatmap shows (ui/heatmap.py's Shown)
     conversation = gr.State([])  # chat mode: the turns so far, as {"role", "content"}
     history = gr.State(History.start(DEFAULT_TEXT, cli.default_model_name()))
     history_json = gr.Textbox(visible=False)  # carries an export to the browser's download
@@ -488,15 +551,19 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                     heatmap_mode = gr.Radio(list(MODES), value="probability", label="Colour by", elem_id="heatmap-mode")
                     threshold = gr.Slider(2, 1000, value=10, step=1, elem_id="threshold",
                                           label="Disagreement: the model's choice at least this many times likelier")
-                heatmap = gr.HTML(elem_id="heatmap", js_on_load=HEATMAP_JS)
+                heatmap = gr.HTML("", html_template=HEATMAP_TEMPLATE, elem_id="heatmap", js_on_load=HEATMAP_JS)
+                heatmap_resync = gr.Button(elem_id="heatmap-resync")  # hidden: pressed by HEATMAP_JS
         with gr.Column(scale=2):
             gr.Markdown("**Next token**")
             plot = gr.HTML(elem_id="plot", js_on_load=CLICK_TOKEN_JS)
-            with gr.Accordion("Why? (click “why?” beside a token)", open=True, elem_id="why-panel"):
+            with gr.Accordion("Why? (“why?” beside a token, on a branch, or in the heatmap)", open=True,
+                              elem_id="why-panel"):
                 why_method = gr.Radio(list(cli.ATTRIBUTION_METHODS), value="input_x_gradient", label="Method",
                                       elem_id="why-method")
                 why = gr.HTML(elem_id="why-view")
-                why_token = gr.State(None)  # the token explained, for a switch of method
+                why_question = gr.State(None)  # the token explained and its context, for a switch of method
+                why_branch = gr.Button(elem_id="why-branch")  # hidden: pressed by BRANCH_WHY_JS's chip
+                why_branch_index = gr.Number(visible=False)  # the branch asked about, read by WHY_BRANCH_JS
             model_choice = gr.Dropdown(cli.available_models(), value=cli.default_model_name(), label="Model",
                                        elem_id="model")
             with gr.Accordion("Sampling", open=True):
@@ -549,7 +616,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     suggest_io = dict(
         fn=ordered(suggest),
         inputs=[text, history, n_branches, depth, *sampling_controls, seed, heatmap_on, heatmap_mode, threshold,
-                *context_inputs, constraint, stops],
+                heatmap_shown, *context_inputs, constraint, stops],
         outputs=[shown, *branch_buttons, plot, status, history, tree, history_sync, heatmap, heatmap_shown],
         **private,
     )
@@ -577,10 +644,17 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         [heatmap_on.input, heatmap_mode.input, threshold.release], ordered(show_heatmap),
         [text, heatmap_on, heatmap_mode, threshold, heatmap_shown, *context_inputs], [heatmap, heatmap_shown], **private,
     )
+    heatmap_resync.click(ordered(resend_heatmap), [text, heatmap_on, heatmap_mode, threshold, *context_inputs],
+                         [heatmap, heatmap_shown], **private)
     heatmap.select(ordered(rewind), [text, heatmap_shown, history], [text, history], **private).success(**suggest_io)
     plot.click(ordered(force_token), [text, shown, history], [text, history], **private).success(**suggest_io)
-    plot.select(ordered(explain), [text, shown, why_method, *context_inputs], [why, why_token], **private)
-    why_method.input(ordered(explain_again), [text, why_token, why_method, *context_inputs], [why, why_token], **private)
+    why_outputs = [why, why_question]
+    plot.select(ordered(explain_token), [text, shown, why_method, *context_inputs], why_outputs, **private)
+    why_branch.click(ordered(explain_branch), [why_branch_index, text, shown, why_method, *context_inputs], why_outputs,
+                     js=WHY_BRANCH_JS, **private)
+    heatmap.click(ordered(explain_heatmap_token), [text, heatmap_shown, why_method, *context_inputs], why_outputs,
+                  **private)
+    why_method.input(ordered(explain), [why_question, why_method], why_outputs, **private)
     gr.on([append_button.click, extra.submit], ordered(append_text), [text, extra, shown, history],
           [text, history, extra], **private).success(**suggest_io)
     undo_button.click(ordered(lambda h: move(h, "undo")), history, at_node_outputs, **private).success(**suggest_io)
@@ -636,7 +710,7 @@ def concurrency() -> int:
 def launch(**kwargs):
     """Start the app with its keyboard shortcuts and styles (Gradio 6 takes them at launch)."""
     queued = demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=concurrency())
-    return queued.launch(head=KEYBOARD_JS, css=CSS, **kwargs)
+    return queued.launch(head=KEYBOARD_JS + BRANCH_WHY_JS, css=CSS, **kwargs)
 
 
 if __name__ == "__main__":

@@ -31,10 +31,11 @@ from collections.abc import Iterable, Iterator
 from lookahead.attribution import METHODS as ATTRIBUTION_METHODS
 from lookahead.backend import Backend, BackendError
 from lookahead.branches import get_lookahead_sequences
-from lookahead.chat import check_messages, check_template
+from lookahead.chat import as_dicts, check_messages, check_template, encode
 from lookahead.constraints import Constraint, check_constraint, written_part_error
 from lookahead.in_process import InProcess, Messages, answer, matchers, prefix_caches, speculator, stop_tokens
 from lookahead.models import available_models, default_model_name, load_model, load_tokenizer, on_zero_gpu
+from lookahead.results import text_token_places
 from lookahead.sampling import BRANCH_MODES, PRESETS, Sampling
 from lookahead.scoring import MAX_ALTERNATIVES
 from lookahead.vllm_backend import VLLMBackend
@@ -49,6 +50,7 @@ __all__ = [
     "PRESETS",
     "BackendError",
     "attribution",
+    "attribution_stream",
     "available_models",
     "backend",
     "default_model_name",
@@ -304,6 +306,7 @@ def token_probabilities(
 def attribution(
     text: str, target_token_id: int | None = None, method: str = "input_x_gradient", steps: int = 16,
     window: int = 512, *, session: str = "default", model_name: str | None = None, messages: list[dict] | None = None,
+    at_token: int | None = None,
 ) -> dict:
     """Why the model expects a token after `text`: each token's share of log p(target | text).
 
@@ -314,8 +317,22 @@ def attribution(
     over the window. Returns {"target": {"token_id", "token", "prob"}, "method", "steps",
     "window_tokens", "truncated_tokens", "tokens": [{"token_id", "token", "start", "end", "score"}]}:
     the tokens and spans are token_probabilities', tokens before the window have score None. In chat
-    mode the reply's tokens are listed, attributed after the conversation. Runs in-process only.
+    mode the reply's tokens are listed, attributed after the conversation. `at_token` (an index into
+    token_probabilities' tokens of `text`): explain the prediction at that token's place instead, from
+    the tokens before it exactly as the text has them (a prefix re-tokenised could split otherwise).
+    Runs in-process only.
     """
+    return _last(attribution_stream(text, target_token_id, method, steps, window, session=session,
+                                    model_name=model_name, messages=messages, at_token=at_token))
+
+
+def attribution_stream(
+    text: str, target_token_id: int | None = None, method: str = "input_x_gradient", steps: int = 16,
+    window: int = 512, *, session: str = "default", model_name: str | None = None, messages: list[dict] | None = None,
+    at_token: int | None = None,
+) -> Iterator[dict]:
+    """`attribution`, with progress: {"done": k, "of": n} after each of its n passes over the window
+    (integrated gradients takes several), then the result."""
     chat = _check_messages(messages, _check_model_name(model_name))
     text = _check_text(text, chat)
     if target_token_id is not None:
@@ -329,8 +346,22 @@ def attribution(
         window=_check_int("window", window, 1, MAX_WINDOW),
         session=str(session),
         model_name=_check_model_name(model_name),
+        at_token=_check_at_token(at_token, text, chat, model_name),
     )
-    return _last(_backend.serve("attribution", request))
+    yield from _backend.serve("attribution", request)
+
+
+def _check_at_token(at_token: object, text: str, messages: Messages | None, model_name: str | None) -> int | None:
+    """A token of `text` with something before it to predict it from."""
+    if at_token is None:
+        return None
+    encoding, text_start = encode(load_tokenizer(model_name), text, as_dicts(messages), return_offsets_mapping=True,
+                                  return_special_tokens_mask=True)
+    places = text_token_places(encoding, text_start, len(text))
+    at_token = _check_int("at_token", at_token, 0, len(places) - 1)
+    if places[at_token][0] == 0:
+        raise ValueError("at_token 0 is the first token: nothing comes before it to explain it by")
+    return at_token
 
 
 def lookahead(

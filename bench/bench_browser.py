@@ -8,9 +8,12 @@ server's own time for the suggestions (the status line's ms); **page** is the re
 round trip, rendering). Each size runs twice in the same run: with precomputation (the app's
 default: while the writer reads, each shown branch's next step is computed) and without it
 (LOOKAHEAD_PRECOMPUTE=0), the baseline. Also reported: the browser's localStorage growth per click
-(the history tree kept for reloads).
+(the history tree kept for reloads), and the bytes the page received per click (its WebSocket and
+server-sent-event frames). `--heatmap both` runs each session twice on the same server, without the
+heatmap and with it shown (the text coloured by the model's probabilities, updated with every click),
+one after the other: the ratio of their p50s is the heatmap's cost.
 
-Run: python bench/bench_browser.py [--tokens 1000 3000] [--clicks 60]
+Run: python bench/bench_browser.py [--tokens 1000 3000] [--clicks 60] [--heatmap off|on|both]
 """
 
 from __future__ import annotations
@@ -65,6 +68,12 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float, hea
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1280, "height": 900})
+        received = [0]  # bytes the page received, counted by Chromium's network events
+        devtools = page.context.new_cdp_session(page)
+        devtools.send("Network.enable")
+        devtools.on("Network.dataReceived", lambda e: received.__setitem__(0, received[0] + e["dataLength"]))
+        devtools.on("Network.webSocketFrameReceived",
+                    lambda e: received.__setitem__(0, received[0] + len(e["response"]["payloadData"])))
         page.goto(url)
         status = page.locator("#status")
         status.filter(has_text="context tokens").wait_for(timeout=120_000)
@@ -78,6 +87,7 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float, hea
         time.sleep(3)  # the first suggestions for the long text, then reading
         page.evaluate(TIMING_JS)
         totals, models, stored = [], [], []
+        received_before = received[0]
         for i in range(clicks):
             page.locator(f"#branch-{i % 3 if branch == 'cycle' else int(branch)}").click()
             first_update_after_click = (
@@ -94,6 +104,7 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float, hea
             stored.append(page.evaluate("Object.values(localStorage).reduce((n, v) => n + v.length, 0)"))
             time.sleep(reading)
         context = int(re.search(r"(\d+) context tokens", status.inner_text()).group(1))
+        per_click = (received[0] - received_before) / clicks
         browser.close()
     pages = [t - m for t, m in zip(totals, models)]
     edge = max(10, clicks // 10)  # the first and last tenth of the session (10 clicks at least)
@@ -102,7 +113,7 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float, hea
         "context": context, "p50": statistics.median(totals), "p95": quantile(totals, 0.95),
         "model": statistics.median(models), "page": statistics.median(pages),
         "page_first": statistics.median(pages[:edge]), "page_last": statistics.median(pages[-edge:]),
-        "storage": (stored[-1] - stored[0]) / max(1, len(stored) - 1),
+        "storage": (stored[-1] - stored[0]) / max(1, len(stored) - 1), "received": per_click,
     }
 
 
@@ -113,24 +124,32 @@ def main() -> None:
     parser.add_argument("--branch", default="0", help="which branch each click takes: 0-9, or cycle")
     parser.add_argument("--reading", type=float, default=READING_SECONDS, help="seconds between clicks")
     parser.add_argument("--precompute", choices=["both", "on", "off"], default="both")
-    parser.add_argument("--heatmap", action="store_true", help="with the heatmap shown")
+    parser.add_argument("--heatmap", choices=["off", "on", "both"], default="off",
+                        help="with the heatmap shown; both: without it, then with it, on the same server")
     args = parser.parse_args()
     print(f"{args.clicks} clicks on branch {args.branch}, {args.reading} s apart, {os.cpu_count()} CPU cores; "
           "times in ms\n")
-    print("| text | precompute | context tokens | click→update p50 | p95 | model p50 | page p50 "
-          "| page, first / last tenth | localStorage per click (chars) |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| text | precompute | heatmap | context tokens | click→update p50 | p95 | model p50 | page p50 "
+          "| page, first / last tenth | localStorage per click (chars) | received per click (kB) |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    modes = {"both": (False, True), "on": (True,), "off": (False,)}
     for tokens in args.tokens:
-        for precompute in {"both": (False, True), "on": (True,), "off": (False,)}[args.precompute]:
+        for precompute in modes[args.precompute]:
             server, url = serve(precompute)
+            p50 = {}
             try:
-                r = session(url, tokens, args.clicks, args.branch, args.reading, args.heatmap)
+                for heatmap in modes[args.heatmap]:
+                    r = session(url, tokens, args.clicks, args.branch, args.reading, heatmap)
+                    p50[heatmap] = r["p50"]
+                    print(f"| ~{tokens} | {'on' if precompute else 'off'} | {'shown' if heatmap else 'off'} "
+                          f"| {r['context']} | **{r['p50']:.0f}** | {r['p95']:.0f} | {r['model']:.0f} | {r['page']:.0f} "
+                          f"| {r['page_first']:.0f} / {r['page_last']:.0f} | {r['storage']:.0f} "
+                          f"| {r['received'] / 1000:.1f} |", flush=True)
             finally:
                 os.killpg(server.pid, 9)
                 server.wait()
-            print(f"| ~{tokens} | {'on' if precompute else 'off'} | {r['context']} | **{r['p50']:.0f}** | {r['p95']:.0f} "
-                  f"| {r['model']:.0f} | {r['page']:.0f} | {r['page_first']:.0f} / {r['page_last']:.0f} "
-                  f"| {r['storage']:.0f} |", flush=True)
+            if len(p50) == 2:
+                print(f"|  |  | shown ÷ off | | **{p50[True] / p50[False]:.2f}×** | | | | | | |", flush=True)
 
 
 if __name__ == "__main__":

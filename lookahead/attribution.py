@@ -13,6 +13,7 @@ Attention weights need the eager attention path: the model switches to it for th
 from __future__ import annotations
 
 import threading
+from collections.abc import Generator
 
 import torch
 from transformers import PreTrainedModel
@@ -24,10 +25,28 @@ _eager = threading.Lock()  # one attention-weights forward at a time switches th
 
 def attribute(model: PreTrainedModel, ids: list[int], target: int, method: str, steps: int) -> tuple[torch.Tensor, float]:
     """(scores (n,) summing to 1, p(target)) for the context `ids` and the next token `target`."""
+    work = attribute_stepwise(model, ids, target, method, steps)
+    while True:
+        try:
+            next(work)
+        except StopIteration as finished:
+            return finished.value
+
+
+def passes(method: str, steps: int) -> int:
+    """Forward(-and-backward) passes over the window that `method` takes: what a progress bar counts."""
+    return -(-steps // IG_BATCH) if method == "integrated_gradients" else 1
+
+
+def attribute_stepwise(
+    model: PreTrainedModel, ids: list[int], target: int, method: str, steps: int
+) -> Generator[int, None, tuple[torch.Tensor, float]]:
+    """As `attribute`, yielding the passes done after each (of `passes(method, steps)`), for a progress bar."""
     if method == "attention":
         weights, prob = _attention(model, ids, target)
+        yield 1
     else:
-        weights, prob = _gradients(model, ids, target, method, steps)
+        weights, prob = yield from _gradients(model, ids, target, method, steps)
     return weights / weights.sum().clamp_min(1e-30), prob
 
 
@@ -37,21 +56,29 @@ def _log_prob(model: PreTrainedModel, embeds: torch.Tensor, target: int) -> torc
     return torch.log_softmax(logits, -1)[:, target]
 
 
-def _gradients(model: PreTrainedModel, ids: list[int], target: int, method: str, steps: int) -> tuple[torch.Tensor, float]:
-    embeds = model.get_input_embeddings()(torch.tensor([ids], device=model.device)).detach()
+def _gradient(model: PreTrainedModel, points: torch.Tensor, target: int) -> torch.Tensor:
+    """∂ log p(target) / ∂ points for each row of `points` (B, n, d). Grad mode is set here, not around a
+    `yield`: a generator may resume in another thread, whose grad mode is its own."""
+    points = points.detach().requires_grad_(True)
     with torch.enable_grad():
-        if method == "integrated_gradients":
-            total = torch.zeros_like(embeds[0])
-            for first in range(1, steps + 1, IG_BATCH):
-                alphas = torch.arange(first, min(first + IG_BATCH, steps + 1), device=embeds.device) / steps
-                scaled = (alphas[:, None, None] * embeds).to(embeds.dtype).requires_grad_(True)
-                (grad,) = torch.autograd.grad(_log_prob(model, scaled, target).sum(), scaled)
-                total += grad.sum(0)
-            grad = total / steps
-        else:
-            point = embeds.clone().requires_grad_(True)
-            (grad,) = torch.autograd.grad(_log_prob(model, point, target).sum(), point)
-            grad = grad[0]
+        (grad,) = torch.autograd.grad(_log_prob(model, points, target).sum(), points)
+    return grad
+
+
+def _gradients(
+    model: PreTrainedModel, ids: list[int], target: int, method: str, steps: int
+) -> Generator[int, None, tuple[torch.Tensor, float]]:
+    embeds = model.get_input_embeddings()(torch.tensor([ids], device=model.device)).detach()
+    if method == "integrated_gradients":
+        total = torch.zeros_like(embeds[0])
+        for first in range(1, steps + 1, IG_BATCH):
+            alphas = torch.arange(first, min(first + IG_BATCH, steps + 1), device=embeds.device) / steps
+            total += _gradient(model, (alphas[:, None, None] * embeds).to(embeds.dtype), target).sum(0)
+            yield (first - 1) // IG_BATCH + 1
+        grad = total / steps
+    else:
+        grad = _gradient(model, embeds, target)[0]
+        yield 1
     with torch.inference_mode():
         prob = float(_log_prob(model, embeds, target).exp())
     weighted = grad if method == "saliency" else embeds[0] * grad

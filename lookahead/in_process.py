@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lookahead.attribution import attribute
+from lookahead.attribution import attribute_stepwise, passes
 from lookahead.branches import Lookahead, get_lookahead_sequences
 from lookahead.chat import as_dicts, encode
 from lookahead.constraints import Constraint, Guide, MatcherStore
@@ -22,7 +22,6 @@ from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.healing import allowed_first_tokens, split_for_healing
 from lookahead.models import (
     default_model_name,
-    load_generation_config,
     load_model,
     model_pass_costs,
     on_zero_gpu,
@@ -35,6 +34,8 @@ from lookahead.results import (
     context_info,
     distribution_entries,
     eos_ids,
+    stop_tokens,
+    text_token_places,
     token_entries,
     window_start,
 )
@@ -103,14 +104,9 @@ def answer(task: str, request: dict) -> Iterator[dict]:
     elif task == "scores":
         yield _token_probabilities(**request)
     elif task == "attribution":
-        yield _attribution(**request)
+        yield from _attribution(**request)
     else:
         raise ValueError(f"unknown task {task!r}")
-
-
-def stop_tokens(model_name: str | None) -> tuple[int, ...]:
-    """The model's end-of-sequence tokens, sorted (what a constraint's end means)."""
-    return tuple(sorted(eos_ids(load_generation_config(model_name))))
 
 
 def _distribution(run: _Run, sampling: Sampling, k: int, ids: list[int] | None = None) -> list[dict]:
@@ -278,28 +274,38 @@ def _generation(
 
 def _attribution(
     text: str, target_token_id: int | None, method: str, steps: int, window: int, session: str,
-    model_name: str | None, messages: Messages | None,
-) -> dict:
+    model_name: str | None, messages: Messages | None, at_token: int | None,
+) -> Iterator[dict]:
     """Each token's share in the model's probability of the next token (lookahead/attribution.py), over the
-    last `window` tokens of the context (in chat mode the conversation's, the reply's tokens listed)."""
+    last `window` tokens of the context (in chat mode the conversation's, the reply's tokens listed); with
+    `at_token`, of that token's place in the text instead, from the tokens before it. Yields {"done", "of"}
+    after each pass over the window, then the result."""
     model, tokenizer = load_model(model_name)
     encoding, text_start = encode(
         tokenizer, text, as_dicts(messages), return_offsets_mapping=True, return_special_tokens_mask=True
     )
-    all_ids = encoding["input_ids"]
+    places = text_token_places(encoding, text_start, len(text))
+    cut, chars = (len(encoding["input_ids"]), len(text)) if at_token is None else places[at_token]
+    all_ids, offsets, special = (encoding[k][:cut] for k in ("input_ids", "offset_mapping", "special_tokens_mask"))
     dropped = max(0, len(all_ids) - min(window, _context_limit(model)))
     ids = all_ids[dropped:]
     if target_token_id is None:
         with torch.inference_mode():
             logits = model(torch.tensor([ids], device=model.device), use_cache=False, logits_to_keep=1).logits
         target_token_id = int(logits[0, -1].argmax())
-    scores, prob = attribute(model, ids, target_token_id, method, steps)
-    return {
+    work, of = attribute_stepwise(model, ids, target_token_id, method, steps), passes(method, steps)
+    while True:
+        try:
+            yield {"done": next(work), "of": of}
+        except StopIteration as finished:
+            scores, prob = finished.value
+            break
+    yield {
         "target": {"token_id": target_token_id, "token": tokenizer.decode([target_token_id]), "prob": prob},
         "method": method,
         "steps": steps if method == "integrated_gradients" else 1,
         "window_tokens": len(ids),
         "truncated_tokens": dropped,
-        "tokens": attribution_entries(all_ids, [None] * dropped + scores.tolist(), tokenizer,
-                                      encoding["offset_mapping"], encoding["special_tokens_mask"], text_start, len(text)),
+        "tokens": attribution_entries(all_ids, [None] * dropped + scores.tolist(), tokenizer, offsets, special,
+                                      text_start, chars),
     }

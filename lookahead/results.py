@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 from lookahead.healing import token_texts
+from lookahead.models import load_generation_config
 from lookahead.sampling import ranked
 from lookahead.scoring import Scores, token_spans
 
@@ -76,7 +77,12 @@ def eos_ids(generation_config: GenerationConfig) -> set[int]:
     return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
 
 
-def through_first(sequence: list[int], stops: set[int]) -> list[int]:
+def stop_tokens(model_name: str | None) -> tuple[int, ...]:
+    """The model's end-of-sequence tokens, sorted (what ends a branch or a continuation, and a constraint)."""
+    return tuple(sorted(eos_ids(load_generation_config(model_name))))
+
+
+def through_first(sequence: list[int], stops: Collection[int]) -> list[int]:
     """`sequence` up to and including its first stop token (a branch ends where the model would stop)."""
     return next((sequence[: i + 1] for i, token in enumerate(sequence) if token in stops), sequence)
 
@@ -96,7 +102,7 @@ def first_stop(text: str, stop: Iterable[str], searched_from: int = 0) -> tuple[
 
 
 def branch_entries(
-    sequences: list[list[int]], stops: set[int], firsts: list[dict], healed: str, tokenizer: PreTrainedTokenizerBase,
+    sequences: list[list[int]], stops: Collection[int], firsts: list[dict], healed: str, tokenizer: PreTrainedTokenizerBase,
     stop: tuple[str, ...] = (),
 ) -> list[dict]:
     """Each branch's dict: its tokens through the first stop, the text to append, and its first token's p.
@@ -155,6 +161,13 @@ def text_tokens(
     """Which tokens of the tokenized string are the text's (not special, ending inside it), and their spans in it."""
     listed = [not s and end > text_start for (_, end), s in zip(offsets, special)]
     return listed, token_spans([(a - text_start, b - text_start) for (a, b), ok in zip(offsets, listed) if ok], text_length)
+
+
+def text_token_places(encoding: dict, text_start: int, text_length: int) -> list[tuple[int, int]]:
+    """For each of the text's tokens (as token_probabilities lists them): its position in the encoded context,
+    and the character of the text where its span starts."""
+    listed, spans = text_tokens(encoding["offset_mapping"], encoding["special_tokens_mask"], text_start, text_length)
+    return [(i, start) for i, (start, _) in zip((i for i, ok in enumerate(listed) if ok), spans)]
 
 
 def attribution_entries(

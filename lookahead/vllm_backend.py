@@ -33,7 +33,7 @@ import json
 import math
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -45,9 +45,9 @@ from lookahead.backend import BackendError
 from lookahead.chat import as_dicts, encode
 from lookahead.constraints import Constraint, Guide, MatcherStore
 from lookahead.healing import allowed_first_tokens, split_for_healing
-from lookahead.models import default_model_name, load_generation_config, load_tokenizer
+from lookahead.models import default_model_name, load_tokenizer
 from lookahead.results import (
-    Continuation, branch_entries, context_info, distribution_entries, eos_ids, token_entries, window_start,
+    Continuation, branch_entries, context_info, distribution_entries, stop_tokens, token_entries, window_start,
 )
 from lookahead.sampling import PLAIN, Sampling
 from lookahead.scoring import Scores, unscored
@@ -209,7 +209,7 @@ class VLLMBackend:
         else:
             sequences = [self._continue_constrained(context, f["token_id"], depth, sampling, branch_mode, seed)
                          for f in firsts]
-        stops = eos_ids(load_generation_config(context.model))
+        stops = stop_tokens(context.model)
         return {
             **self._info(context, reused, exact),
             "sampling": sampling.as_dict(),
@@ -264,9 +264,9 @@ class VLLMBackend:
         model = model_name or default_model_name()
         limit = self._model(model).max_model_len
         tokenizer = load_tokenizer(model)
-        stops = eos_ids(load_generation_config(model))
+        stops = stop_tokens(model)
         ids, guide = self.matchers.context_and_guide((model, session), constraint, tokenizer, text, text,
-                                                     as_dicts(messages), tuple(sorted(stops)), len(tokenizer),
+                                                     as_dicts(messages), stops, len(tokenizer),
                                                      torch.device("cpu"))
         dropped = max(0, len(ids) - (limit - max_new_tokens))
         salt = session_salt(model, session)
@@ -282,7 +282,7 @@ class VLLMBackend:
         yield from Continuation(tokenizer, "greedy", model, dropped, stop).follow(passes, time_limit)
 
     def _constrained_tokens(
-        self, model: str, ids: list[int], guide: Guide, stops: set[int], n: int, salt: str,
+        self, model: str, ids: list[int], guide: Guide, stops: Collection[int], n: int, salt: str,
         sampling: Sampling = PLAIN, sample: bool = False, seed: int = 0, first_allowed: torch.Tensor | None = None,
     ) -> Iterator[int]:
         """Up to `n` tokens, each the server's choice among those `guide` allows (the first also among
@@ -318,7 +318,7 @@ class VLLMBackend:
         limit = self._model(model).max_model_len
         tokenizer = load_tokenizer(model)
         prefix, healed = split_for_healing(text, tokenizer)
-        stops = tuple(sorted(eos_ids(load_generation_config(model))))
+        stops = stop_tokens(model)
         ids, guide = self.matchers.context_and_guide((model, session), constraint, tokenizer, text, prefix,
                                                      as_dicts(messages), stops, len(tokenizer), torch.device("cpu"))
         dropped = window_start(len(ids), limit - room, limit)
@@ -352,7 +352,7 @@ class VLLMBackend:
         """A branch from `first` under the constraint: one request per token, each with its own allowed tokens."""
         guide = context.guide.fork()
         guide.advance(first)
-        stops = eos_ids(load_generation_config(context.model))
+        stops = stop_tokens(context.model)
         rest = list(self._constrained_tokens(context.model, [*context.ids, first], guide, stops, depth - 1,
                                              context.salt, sampling, mode == "sample", seed))
         return [first, *rest, *[rest[-1] if rest else first] * (depth - 1 - len(rest))]

@@ -26,7 +26,7 @@ def test_endpoints_are_named_and_listed(client):
     ]
     assert [p["parameter_name"] for p in endpoints["/generate"]["parameters"]][-2:] == ["constraint", "stop"]
     assert [p["parameter_name"] for p in endpoints["/attribution"]["parameters"]] == [
-        "text", "target_token_id", "method", "steps", "window", "messages", "model_name"]
+        "text", "target_token_id", "method", "steps", "window", "messages", "model_name", "at_token"]
 
 
 def test_constraints_penalties_and_stops_reach_the_engine(client):

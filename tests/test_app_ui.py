@@ -227,3 +227,45 @@ def test_handlers_turn_failures_into_messages_and_log_only_bugs(caplog):
         list(handled(streams)(1))
     assert [r.levelname for r in caplog.records] == ["ERROR", "ERROR"] and caplog.records[0].exc_info, \
         "a bug is logged with its traceback"
+
+
+def scored(pieces: list[str], probs: list[float | None]) -> tuple[str, dict]:
+    """A text and a token_probabilities-like result for it."""
+    tokens, start = [], 0
+    for i, (piece, prob) in enumerate(zip(pieces, probs)):
+        tokens.append({"token_id": i, "token": piece, "start": start, "end": start + len(piece), "prob": prob,
+                       "rank": 1 if prob is None or prob > 0.5 else 7, "entropy": 1.0,
+                       "alternatives": None if prob is None else [{"token_id": 99, "token": " x", "prob": 0.6}]})
+        start += len(piece)
+    return "".join(pieces), {"model": "m", "tokens": tokens}
+
+
+def test_the_heatmap_is_sent_whole_once_then_from_the_first_token_that_changed():
+    import json
+
+    from ui.heatmap import heatmap_message
+
+    text, result = scored(["The", " cat", " sat"], [None, 0.2, 0.7])
+    message, shown = heatmap_message(text, result, "probability", 10, None)
+    assert "frame" in json.loads(message) and 'data-i="2"' in json.loads(message)["frame"]
+    longer, result2 = scored(["The", " cat", " sat", " on"], [None, 0.2, 0.7, 0.9])
+    delta, shown2 = heatmap_message(longer, result2, "probability", 10, shown)
+    delta = json.loads(delta)
+    assert (delta["base"], delta["id"]) == (shown.id, shown2.id) and delta["keep"] == 3 and delta["first"] == 0
+    assert delta["spans"].count('class="tk') == 1 and ">␣on<" not in delta["spans"] and "> on<" in delta["spans"]
+    rescored, result3 = scored(["The", " cat", " sat", " on"], [None, 0.2, 0.3, 0.9])  # a changed score
+    assert json.loads(heatmap_message(rescored, result3, "probability", 10, shown2)[0])["keep"] == 2
+    assert "frame" in json.loads(heatmap_message(longer, result2, "rank", 10, shown2)[0]), "another colouring: whole"
+
+
+def test_the_heatmaps_window_moves_along_a_long_text():
+    import json
+
+    from ui.heatmap import HEATMAP_TOKENS, heatmap_message
+
+    text, result = scored(["a"] * (HEATMAP_TOKENS + 5), [None] + [0.9] * (HEATMAP_TOKENS + 4))
+    _, shown = heatmap_message(text, result, "probability", 10, None)
+    longer, result2 = scored(["a"] * (HEATMAP_TOKENS + 7), [None] + [0.9] * (HEATMAP_TOKENS + 6))
+    delta = json.loads(heatmap_message(longer, result2, "probability", 10, shown)[0])
+    assert delta["first"] == 7 and delta["keep"] == HEATMAP_TOKENS + 5 and "… 7 earlier tokens …" in delta["earlier"]
+    assert delta["spans"].count('class="tk') == 2

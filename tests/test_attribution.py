@@ -73,7 +73,35 @@ def test_chat_mode_lists_the_replys_tokens_attributed_after_the_conversation(emb
     assert 0 < sum(t["score"] for t in result["tokens"]) < 1
 
 
+def test_at_token_explains_that_place_from_the_texts_own_tokens_before_it(embedded):
+    """The heatmap's "why?": the context is the text's tokens before the token, exactly. Here a re-tokenised
+    prefix would differ: "\n\n" before "The" is two tokens in the text, one on its own."""
+    text = "The keeper slept.\n\nThe storm"
+    model, tokenizer = cli.load_model()
+    ids = tokenizer(text)["input_ids"]
+    at = 6  # "The", after "." "\n" "\n"
+    assert tokenizer(text[: text.index("The storm")])["input_ids"] != ids[:at], "the prefix alone splits otherwise"
+    listed = cli.token_probabilities(text)["tokens"]
+    result = cli.attribution(text, None, "input_x_gradient", at_token=at)
+    expected_target = listed[at]["alternatives"][0]
+    assert result["target"]["token_id"] == expected_target["token_id"]
+    assert result["target"]["prob"] == pytest.approx(expected_target["prob"], abs=1e-5)
+    assert [(t["token_id"], t["start"], t["end"]) for t in result["tokens"]] == [
+        (t["token_id"], t["start"], t["end"]) for t in listed[:at]]
+    expected = reference_scores(model, ids[:at], expected_target["token_id"], "input_x_gradient", 1)
+    assert torch.allclose(torch.tensor([t["score"] for t in result["tokens"]]), expected, atol=TOLERANCE)
+
+
+def test_the_stream_reports_each_pass_then_the_result(embedded):
+    items = list(cli.attribution_stream(TEXT, None, "integrated_gradients", 10))
+    assert items[:-1] == [{"done": k, "of": 3} for k in (1, 2, 3)], "10 points, 4 per pass"
+    assert items[-1] == cli.attribution(TEXT, None, "integrated_gradients", 10)
+    assert [i.get("done") for i in cli.attribution_stream(TEXT, None, "saliency")][:-1] == [1]
+
+
 @pytest.mark.parametrize("kwargs,message", [
+    ({"at_token": 0}, "nothing comes before it"),
+    ({"at_token": 99}, "at_token must be between 0 and"),
     ({"method": "shap"}, "method must be one of"),
     ({"target_token_id": 10**7}, "target_token_id must be between"),
     ({"steps": 0}, "steps must be between 1 and 64"),

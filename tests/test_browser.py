@@ -10,8 +10,8 @@ from playwright.sync_api import expect, sync_playwright
 
 import custom_llm_inference as cli
 from history import History
-from ui.heatmap import percent
-from ui.render import branch_label
+from ui.heatmap import HEATMAP_TOKENS, bucket, percent, shown_text
+from ui.render import branch_label, visible
 from ui.scripts import STORAGE_KEY
 
 CHROMIUM = "/usr/bin/chromium"
@@ -374,3 +374,65 @@ def test_why_beside_a_token_colours_the_text_by_what_drives_it_and_the_method_ca
     page.locator("#why-method").get_by_text("attention").click()
     expect(view).to_contain_text("next: attention", timeout=30_000)
     page.screenshot(path=SCREENSHOT.with_name("why.png"), full_page=True)
+
+
+def test_why_on_a_branch_and_on_a_heatmap_token(page):
+    text = "The capital of France is Paris. The capital of Italy is"
+    type_text(page, text)
+    shown = expect_suggestions_for(page, text)
+    page.locator("#why-method").get_by_text("input_x_gradient").click()
+    page.locator("#branch-1").hover()  # a chip over the branch asks why
+    page.locator("#branch-why").click()
+    first = shown["branches"][1]["token_ids"][0]
+    expected = cli.attribution(text, first, "input_x_gradient", session="browser-expectation")
+    view = page.locator("#why-view")
+    expect(view).to_contain_text(f"Why {visible(expected['target']['token'])}", timeout=30_000)
+    expect(view).to_contain_text(f"({100 * expected['target']['prob']:.1f}%) next")
+    strongest = max(expected["tokens"], key=lambda t: t["score"])
+    coloured = view.locator('span[style*="rgba(234,88,12,0.85)"]')  # the strongest token, in the full colour
+    expect(coloured).to_have_text(text[strongest["start"] : strongest["end"]])
+    expect(page.locator("#text textarea")).to_have_value(text)  # asking why takes no branch
+
+    page.locator("#heatmap-on input").check()
+    scored = cli.token_probabilities(text, 5, session="heatmap-expectation")["tokens"]
+    i = next(i for i, t in enumerate(scored) if t["token"] == " Italy")
+    page.locator(f'#heatmap .tk[data-i="{i}"]').hover()
+    page.locator("#token-details .why-token").click()
+    expected = cli.attribution(text, None, "input_x_gradient", session="browser-expectation", at_token=i)
+    assert expected["target"]["token_id"] == scored[i]["alternatives"][0]["token_id"]
+    expect(view).to_contain_text(f"({100 * expected['target']['prob']:.1f}%) where you wrote ␣Italy", timeout=30_000)
+    expect(view.locator("span")).to_have_count(i)  # the text before the token
+
+    page.locator("#why-method").get_by_text("integrated_gradients").click()  # the same question, another method
+    expect(view).to_contain_text("integrated gradients, 16 steps", timeout=60_000)
+    expect(view).to_contain_text("where you wrote ␣Italy")
+    page.screenshot(path=SCREENSHOT.with_name("why-heatmap.png"), full_page=True)
+    page.locator("#heatmap-on input").uncheck()
+
+
+def test_a_click_updates_the_heatmap_by_its_new_tokens_alone(page):
+    """The heatmap's spans before the click stay the same elements; only the branch's tokens are added, and
+    the view equals the whole view drawn afresh, its window of the last 400 tokens moving along."""
+    text = ("The harbour town woke slowly. Fishermen hauled their nets along the quay, gulls argued over scraps. "
+            * 24).rstrip()  # ~530 tokens: past the heatmap's 400
+    type_text(page, text)
+    shown = expect_suggestions_for(page, text)
+    page.locator("#heatmap-on input").check()
+    expect(page.locator("#heatmap .earlier")).to_be_visible(timeout=30_000)
+    page.evaluate("document.querySelectorAll('#heatmap .tk').forEach(t => t.dataset.probe = t.dataset.i)")
+    taken = text + shown["branches"][0]["text"]
+    page.locator("#branch-0").click()
+    expect_suggestions_for(page, taken)
+    tokens = cli.token_probabilities(taken, 5, session="heatmap-expectation")["tokens"]
+    first = len(tokens) - HEATMAP_TOKENS
+    expect(page.locator("#heatmap .tk").first).to_have_attribute("data-i", str(first))
+    expect(page.locator("#heatmap .earlier")).to_have_text(f"… {first} earlier tokens … ")
+    spans = page.evaluate("[...document.querySelectorAll('#heatmap .tk')].map(t => "
+                          "[Number(t.dataset.i), t.className, t.textContent, t.dataset.probe ?? null])")
+    drawn = [i for i in range(first, len(tokens)) if tokens[i]["end"] > tokens[i]["start"]]
+    assert [(i, c, t) for i, c, t, _ in spans] == [
+        (i, f"tk b{bucket(tokens[i], 'probability') if tokens[i]['prob'] is not None else 'u'}", shown_text(taken[tokens[i]["start"] : tokens[i]["end"]]))
+        for i in drawn]
+    kept = [probe for *_, probe in spans if probe is not None]
+    assert len(kept) >= len(spans) - len(shown["branches"][0]["token_ids"]) - 1, "the old spans stayed"
+    page.locator("#heatmap-on input").uncheck()

@@ -104,6 +104,7 @@ BAD_REQUESTS = [
     ("/generate", ("ok", 8), {"stop": [""]}),
     ("/attribution", ("ok",), {"method": "shap"}),
     ("/attribution", ("ok",), {"steps": 0}),
+    ("/attribution", ("ok",), {"at_token": 0}),
 ]
 LOCAL = {"/lookahead": cli.lookahead, "/next_token_distribution": cli.next_token_distribution,
          "/generate": cli.generate, "/token_probabilities": cli.token_probabilities, "/attribution": cli.attribution}
@@ -235,4 +236,9 @@ def test_attribution_answers_as_on_the_cpu(space):
     remote = Client(url, verbose=False).predict("The capital of France is", None, "saliency", api_name="/attribution")
     local = cli.attribution("The capital of France is", None, "saliency", session="local zerogpu attribution")
     assert remote["target"]["token_id"] == local["target"]["token_id"]
+    assert [t["score"] for t in remote["tokens"]] == pytest.approx([t["score"] for t in local["tokens"]], abs=1e-5)
+    text = "The keeper slept.\n\nThe storm"  # at a token of the text, by integrated gradients (a stream of passes)
+    remote = Client(url, verbose=False).predict(text, None, "integrated_gradients", 8, at_token=6, api_name="/attribution")
+    local = cli.attribution(text, None, "integrated_gradients", 8, session="local zerogpu attribution", at_token=6)
+    assert remote["target"]["token_id"] == local["target"]["token_id"] and len(remote["tokens"]) == 6
     assert [t["score"] for t in remote["tokens"]] == pytest.approx([t["score"] for t in local["tokens"]], abs=1e-5)

@@ -2,9 +2,11 @@
 as GLTR does), its alternatives on hover or focus, and where the model disagreed most.
 
 Plain data to HTML, like ui/render.py. Each token carries what its details line needs (probability,
-rank, entropy, alternatives) as compact JSON in data attributes, its colour as a bucket class, so an
-update of 400 tokens stays near 100 kB; HEATMAP_JS shows the details and turns a click on an
-alternative into a select event (a rewind) with the token's index and the alternative's id.
+rank, entropy, alternatives) as compact JSON in data attributes, its colour as a bucket class. The
+whole view (~100 kB for 400 tokens) is sent once; after that each update sends only the tokens from
+the first that changed (a click: the branch's few), as `heatmap_message` says, and HEATMAP_JS applies
+it. HEATMAP_JS also shows the details, turns a click on an alternative into a select event (a rewind)
+with the token's index and the alternative's id, and a click on "why?" into a click event (explain).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import html
 import json
 import math
+from typing import NamedTuple
 
 from ui.render import visible
 
@@ -32,7 +35,34 @@ DETAILS_STYLE = ("min-height:3.4em;font:13px ui-monospace,monospace;padding:6px 
 ALT_STYLE = ("font:12px ui-monospace,monospace;margin:2px 4px 0 0;padding:1px 6px;border-radius:4px;"
              "border:1px solid var(--border-color-primary);background:var(--background-fill-secondary);cursor:pointer")
 
+# The component's template never changes, so gradio never redraws it: the page is built here, from
+# messages (the whole view, or the tokens after the first that changed), each naming the one it follows.
+HEATMAP_TEMPLATE = '<div class="heatmap-view"></div>'
 HEATMAP_JS = """
+const root = () => element.querySelector('.heatmap-view');
+let shown = null;  // the id of the message the page shows
+const apply = (message) => {
+  if (!message) { root().replaceChildren(); shown = null; return; }
+  const m = JSON.parse(message);
+  if (m.id === shown) return;
+  if (m.frame !== undefined) {
+    root().innerHTML = m.frame;
+  } else {
+    // a change to a view this page does not have (it missed one): ask for the whole view
+    if (m.base !== shown) { shown = null; document.getElementById('heatmap-resync')?.click(); return; }
+    const box = root().querySelector('#heatmap-text');
+    let token;
+    while ((token = box.lastElementChild) && token.classList.contains('tk') && Number(token.dataset.i) >= m.keep) token.remove();
+    for (const old of box.querySelectorAll('.tk')) { if (Number(old.dataset.i) < m.first) old.remove(); else break; }
+    box.querySelector('.earlier')?.remove();
+    box.insertAdjacentHTML('afterbegin', m.earlier);
+    box.insertAdjacentHTML('beforeend', m.spans);
+    root().querySelector('#disagreements').outerHTML = m.disagreements;
+  }
+  shown = m.id;
+};
+watch('value', () => apply(props.value));
+apply(props.value);
 const details = () => element.querySelector('#token-details');
 const show = (token) => {
   const box = details();
@@ -53,12 +83,22 @@ const show = (token) => {
     button.textContent = `${text} ${prob}`;
     box.appendChild(button);
   }
+  if (prob !== undefined) {
+    const why = document.createElement('button');
+    why.className = 'alt why-token';
+    why.dataset.index = token.dataset.i;
+    why.textContent = 'why the first?';
+    why.title = "What in the text before it made the model expect its first choice here";
+    box.appendChild(why);
+  }
 };
 element.addEventListener('mouseover', (e) => show(e.target.closest('.tk')));
 element.addEventListener('focusin', (e) => show(e.target.closest('.tk')));
 element.addEventListener('click', (e) => {
+  const why = e.target.closest('.why-token');
   const alt = e.target.closest('[data-token-id]');
-  if (alt) trigger('select', {index: Number(alt.dataset.index), token_id: Number(alt.dataset.tokenId)});
+  if (why) trigger('click', {index: Number(why.dataset.index)});
+  else if (alt) trigger('select', {index: Number(alt.dataset.index), token_id: Number(alt.dataset.tokenId)});
   else show(e.target.closest('.tk'));
 });
 """
@@ -84,27 +124,43 @@ def shown_text(token_text: str) -> str:
     return visible(token_text) + ("\n" if "\n" in token_text else "")
 
 
+class Shown(NamedTuple):
+    """What the page's heatmap shows: the text, its token_probabilities result, the colouring, and the id of
+    the message that brought it (each message names the one it follows)."""
+
+    text: str
+    result: dict
+    mode: str
+    id: int
+
+
+def heatmap_message(text: str, result: dict, mode: str, threshold: float, before: Shown | None) -> tuple[str, Shown]:
+    """The message that brings the page from `before` to this view (JSON for HEATMAP_JS), and what it then shows.
+
+    The whole view when there is nothing to build on (or the colouring changed); else only the tokens from
+    the first that changed, which after a click are the branch's few: the update stays small however long
+    the text.
+    """
+    tokens = result["tokens"]
+    first = max(0, len(tokens) - HEATMAP_TOKENS)
+    shown = Shown(text, result, mode, before.id + 1 if before else 0)
+    if before is None or before.mode != mode:
+        return _json({"id": shown.id, "frame": heatmap_view(text, result, mode, threshold)}), shown
+    old = before.result["tokens"]
+    keep = next((i for i, (a, b) in enumerate(zip(old, tokens)) if a != b), min(len(old), len(tokens)))
+    return _json({
+        "id": shown.id, "base": before.id, "keep": keep, "first": first, "earlier": earlier_view(first),
+        "spans": "".join(token_span(text, tokens[i], i, mode) for i in range(max(keep, first), len(tokens))),
+        "disagreements": disagreements_view(tokens, threshold),
+    }), shown
+
+
 def heatmap_view(text: str, result: dict, mode: str, threshold: float) -> str:
     """The coloured text (its last HEATMAP_TOKENS tokens), a legend, the details line, and the disagreements."""
     tokens = result["tokens"]
     first = max(0, len(tokens) - HEATMAP_TOKENS)
-    spans = []
+    spans = "".join(token_span(text, tokens[i], i, mode) for i in range(first, len(tokens)))
     buckets = RANK_BUCKETS if mode == "rank" else PROBABILITY_BUCKETS
-    for i in range(first, len(tokens)):
-        token = tokens[i]
-        piece = text[token["start"] : token["end"]]
-        if not piece:
-            continue  # a later piece of a character split over several tokens: the first shows it
-        index = bucket(token, mode)
-        details = [visible(token["token"])] if index is None else [
-            visible(token["token"]), percent(token["prob"]), token["rank"], buckets[index][2], f"{token['entropy']:.2f}"
-        ]
-        spans.append(
-            f'<span class="tk b{"u" if index is None else index}" tabindex="0" data-i="{i}" '
-            f"data-s='{attribute_json(details)}' data-a='{attribute_json(alternatives(token))}'>"
-            f"{html.escape(shown_text(piece))}</span>"
-        )
-    earlier = f'<span style="color:var(--body-text-color-subdued)">… {first} earlier tokens … </span>' if first else ""
     legend = " ".join(
         f'<span style="background:{c};color:#111;border-radius:3px;padding:0 6px">{label}</span>' for _, c, label in buckets
     )
@@ -115,10 +171,38 @@ def heatmap_view(text: str, result: dict, mode: str, threshold: float) -> str:
         f" #heatmap .tk:focus {{ outline: 2px solid var(--color-accent) }}</style>"
         f'<div style="font-size:12px;margin-bottom:6px">Colour by {mode}: {legend}</div>'
         f'<div id="token-details" style="{DETAILS_STYLE}">Hover over a token (or focus it) to see what the model '
-        "expected there; click an alternative to rewind to it.</div>"
-        f'<div id="heatmap-text" style="{TEXT_STYLE}">{earlier}{"".join(spans)}</div>'
+        "expected there; click an alternative to rewind to it, or “why the first?” to see what led the model to "
+        "it.</div>"
+        f'<div id="heatmap-text" style="{TEXT_STYLE}">{earlier_view(first)}{spans}</div>'
         + disagreements_view(tokens, threshold)
     )
+
+
+def earlier_view(first: int) -> str:
+    """The note that the text's first `first` tokens are not shown."""
+    return (f'<span class="earlier" style="color:var(--body-text-color-subdued)">… {first} earlier tokens … </span>'
+            if first else "")
+
+
+def token_span(text: str, token: dict, i: int, mode: str) -> str:
+    """Token `i` as shown: its piece of the text in its bucket's colour, with its details in data attributes."""
+    piece = text[token["start"] : token["end"]]
+    if not piece:
+        return ""  # a later piece of a character split over several tokens: the first shows it
+    index = bucket(token, mode)
+    buckets = RANK_BUCKETS if mode == "rank" else PROBABILITY_BUCKETS
+    details = [visible(token["token"])] if index is None else [
+        visible(token["token"]), percent(token["prob"]), token["rank"], buckets[index][2], f"{token['entropy']:.2f}"
+    ]
+    return (
+        f'<span class="tk b{"u" if index is None else index}" tabindex="0" data-i="{i}" '
+        f"data-s='{attribute_json(details)}' data-a='{attribute_json(alternatives(token))}'>"
+        f"{html.escape(shown_text(piece))}</span>"
+    )
+
+
+def _json(message: dict) -> str:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
 
 
 def alternatives(token: dict) -> list:

@@ -128,8 +128,11 @@ def branch_label(branch: dict) -> str:
 
 
 
-def attribution_view(text: str, result: dict) -> str:
-    """The text coloured by each token's share of the explanation, and the strongest few listed."""
+def attribution_view(text: str, result: dict, where: str | None = None) -> str:
+    """The text coloured by each token's share of the explanation, and the strongest few listed.
+
+    `where`: the writer's token at the place explained (the heatmap's "why the first?"), if not after the text.
+    """
     tokens = [t for t in result["tokens"] if t["score"] is not None]
     top = max((t["score"] for t in tokens), default=0.0) or 1.0
     spans = []
@@ -144,9 +147,12 @@ def attribution_view(text: str, result: dict) -> str:
     strongest = sorted(tokens, key=lambda t: -t["score"])[:STRONGEST]
     listed = " · ".join(f"<b>{html.escape(visible(t['token']))}</b> {100 * t['score']:.0f}%" for t in strongest)
     target = result["target"]
+    question = (f"Why the model expected <b>{html.escape(visible(target['token']))}</b> ({100 * target['prob']:.1f}%) "
+                f"where you wrote <b>{html.escape(visible(where))}</b>" if where is not None else
+                f"Why <b>{html.escape(visible(target['token']))}</b> ({100 * target['prob']:.1f}%) next")
     return (
-        f'<div id="why" style="font-size:13px"><div style="margin-bottom:6px">Why <b>{html.escape(visible(target["token"]))}'
-        f'</b> ({100 * target["prob"]:.1f}%) next: {result["method"].replace("_", " ")}'
+        f'<div id="why" style="font-size:13px"><div style="margin-bottom:6px">{question}: '
+        f'{result["method"].replace("_", " ")}'
         + (f", {result['steps']} steps" if result["method"] == "integrated_gradients" else "")
         + f", over the last {result['window_tokens']} tokens</div>"
         f'<div style="line-height:1.7;max-height:220px;overflow:auto">{"".join(spans)}</div>'

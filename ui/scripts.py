@@ -25,6 +25,44 @@ document.addEventListener("keydown", (e) => {
 });
 </script>
 """
+# "why?" on a branch: a small chip over the corner of the branch button under the pointer (or focused);
+# clicking it presses the hidden #why-branch button, whose event reads the branch from WHY_BRANCH_JS.
+BRANCH_WHY_JS = """
+<script>
+(() => {
+  let chip = null, branch = null, hiding = null;
+  const hideSoon = () => { clearTimeout(hiding); hiding = setTimeout(() => { if (chip) chip.hidden = true; }, 600); };
+  const showOver = (button) => {
+    if (!chip) {
+      chip = document.createElement("button");
+      chip.id = "branch-why";
+      chip.type = "button";
+      chip.textContent = "why?";
+      chip.title = "What in your text makes the model want this branch's first token";
+      chip.addEventListener("mouseenter", () => clearTimeout(hiding));
+      chip.addEventListener("mouseleave", hideSoon);
+      chip.addEventListener("click", () => {
+        window.lookaheadWhyBranch = Number(branch.id.replace("branch-", ""));
+        chip.hidden = true;
+        document.getElementById("why-branch")?.click();
+      });
+      document.body.appendChild(chip);
+    }
+    clearTimeout(hiding);
+    branch = button;
+    const box = button.getBoundingClientRect();
+    chip.style.left = `${box.right + window.scrollX - 34}px`;
+    chip.style.top = `${box.top + window.scrollY - 12}px`;
+    chip.hidden = false;
+  };
+  const branchOf = (e) => e.target.closest && e.target.closest(".branch-btn");
+  document.addEventListener("mouseover", (e) => { if (branchOf(e)) showOver(branchOf(e)); });
+  document.addEventListener("focusin", (e) => { if (branchOf(e)) showOver(branchOf(e)); });
+  document.addEventListener("mouseout", (e) => { if (branchOf(e)) hideSoon(); });
+})();
+</script>
+"""
+WHY_BRANCH_JS = "(index, ...rest) => [window.lookaheadWhyBranch ?? index, ...rest]"
 # Clicks inside the plot and the tree are delegated from the component's root, so they
 # survive re-rendering; the clicked element's data attribute travels as the event's data.
 CLICK_TOKEN_JS = """element.addEventListener('click', (e) => {
@@ -79,7 +117,10 @@ IMPORT_HTML = (
 
 CSS = """
 .branch-btn { font-family: ui-monospace, monospace !important; }
-#text-edited, #history-resync { display: none !important; }
+#text-edited, #history-resync, #heatmap-resync, #why-branch { display: none !important; }
+#branch-why { position: absolute; z-index: 1000; font: 11px ui-monospace, monospace; padding: 1px 6px;
+  border-radius: 8px; border: 1px solid var(--color-accent); background: var(--background-fill-primary, #fff);
+  color: var(--color-accent); cursor: pointer; }
 #status { font-size: 13px; color: var(--body-text-color-subdued); }
 """
 # "Constrain from here": the text box's caret, in code points (what Python's offsets count; the
