@@ -127,30 +127,39 @@ def branch_entries(
 
 def token_entries(
     rows: Scores, k: int, tokenizer: PreTrainedTokenizerBase, offsets: list[tuple[int, int]], special: list[int],
-    text_start: int, text_length: int,
+    text_start: int, text_length: int, earlier: tuple[list[dict], int] = ([], 0),
 ) -> list[dict]:
-    """The entries of the tokens that are the text's (offsets into the tokenized string, whose text begins at `text_start`)."""
+    """The entries of the tokens that are the text's (offsets into the tokenized string, whose text begins at `text_start`).
+
+    `earlier`: a previous listing of this context with k alternatives, and how many leading positions the two
+    contexts share (the same tokens, so the same rows): its entries there are copied where their spans are
+    unchanged, their alternatives shared, instead of being built again.
+    """
+    previous, shared = earlier
     listed, spans = text_tokens(offsets, special, text_start, text_length)
     spans = iter(spans)
     vocabulary = token_texts(tokenizer)
-
-    def texts(token_id: int) -> str:
-        return vocabulary[token_id] if 0 <= token_id < len(vocabulary) else ""  # a model may have more rows than tokens
-
-    columns = zip(rows.token_ids.tolist(), rows.logprob.tolist(), rows.rank.tolist(), rows.entropy.tolist(),
-                  rows.top_ids[:, :k].tolist(), rows.top_logprobs[:, :k].tolist(), listed)
+    n = len(vocabulary)  # a model may have more rows than tokens: those have no text
+    # Probabilities in one tensor operation each, and plain lists from then on: a 3k-token text makes
+    # ~20k entries, on every click while the heatmap is shown.
+    columns = zip(rows.token_ids.tolist(), rows.logprob.tolist(), rows.logprob.exp().tolist(), rows.rank.tolist(),
+                  rows.entropy.tolist(), rows.top_ids[:, :k].tolist(), rows.top_logprobs[:, :k].exp().tolist(), listed)
     entries = []
-    for token_id, logprob, rank, entropy, top_ids, top_logprobs, is_listed in columns:
+    for position, (token_id, logprob, prob, rank, entropy, top_ids, top_probs, is_listed) in enumerate(columns):
         if not is_listed:
             continue
         start, end = next(spans)
+        if position < shared and len(entries) < len(previous) and (
+                previous[len(entries)]["start"], previous[len(entries)]["end"]) == (start, end):
+            entries.append(dict(previous[len(entries)]))
+            continue
         scored = not math.isnan(logprob)
         entries.append({
-            "token_id": token_id, "token": texts(token_id), "start": start, "end": end,
-            "prob": math.exp(logprob) if scored else None, "logprob": logprob if scored else None,
+            "token_id": token_id, "token": vocabulary[token_id] if token_id < n else "", "start": start, "end": end,
+            "prob": prob if scored else None, "logprob": logprob if scored else None,
             "rank": rank if scored else None, "entropy": entropy if scored else None,
-            "alternatives": [{"token_id": i, "token": texts(i), "prob": math.exp(lp)}
-                             for i, lp in zip(top_ids, top_logprobs) if i >= 0] if scored else None,
+            "alternatives": [{"token_id": i, "token": vocabulary[i] if i < n else "", "prob": q}
+                             for i, q in zip(top_ids, top_probs) if i >= 0] if scored else None,
         })
     return entries
 

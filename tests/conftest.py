@@ -24,6 +24,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config  # noqa: E402
 
 import custom_llm_inference as cli  # noqa: E402
+from lookahead.in_process import listings  # noqa: E402
 
 TINY_CONTEXT = 64  # small, so tests can overflow the context cheaply
 
@@ -79,7 +80,9 @@ def fresh_prefix_caches():
     cli.speculator.clear()
     cli.prefix_caches.clear()
     cli.matchers.clear()
+    listings.clear()
     yield
     cli.speculator.clear()
     cli.prefix_caches.clear()
     cli.matchers.clear()
+    listings.clear()

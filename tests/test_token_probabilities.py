@@ -93,6 +93,23 @@ def test_only_new_tokens_are_scored_after_an_edit_a_click_or_a_keystroke(model_n
     assert_matches(result, reference_scores(model, tokenizer, taken, 3), taken, tokenizer)
 
 
+def test_a_listing_reuses_the_last_ones_entries_only_where_its_context_is_the_same(embedded):
+    """The session's last listing lends its entries to the next (a click's few new tokens): never across a
+    changed conversation, another k, or a changed token."""
+    from lookahead.in_process import listings
+
+    def fresh(text, k, messages=None):
+        listings.clear()
+        return cli.token_probabilities(text, k, session="fresh", messages=messages)
+
+    first = [{"role": "user", "content": "Name a colour."}]
+    other = [{"role": "user", "content": "Name a fruit."}]
+    calls = [("It is red", 3, None), ("It is red and blue", 3, None), ("It is green and blue", 3, None),
+             ("It is green and blue", 5, None), ("It is red", 3, first), ("It is red", 3, other)]
+    for text, k, messages in calls:
+        assert cli.token_probabilities(text, k, session="reuse", messages=messages) == fresh(text, k, messages)
+
+
 def test_a_cold_text_is_scored_in_chunks_with_the_same_result(embedded, monkeypatch):
     model, tokenizer = embedded
     text = TEXTS[1] * 3
