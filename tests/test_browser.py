@@ -435,4 +435,15 @@ def test_a_click_updates_the_heatmap_by_its_new_tokens_alone(page):
         for i in drawn]
     kept = [probe for *_, probe in spans if probe is not None]
     assert len(kept) >= len(spans) - len(shown["branches"][0]["token_ids"]) - 1, "the old spans stayed"
+
+    page.evaluate("document.getElementById('heatmap-resync').click()")  # what a page that missed one asks
+    expect(page.locator("#heatmap .tk[data-probe]")).to_have_count(0)  # the whole view, drawn afresh
+    after = expect_suggestions_for(page, taken)
+    again = taken + after["branches"][0]["text"]
+    page.locator("#branch-0").click()  # and the next click's change applies to it
+    expect_suggestions_for(page, again)
+    tokens = cli.token_probabilities(again, 5, session="heatmap-expectation")["tokens"]
+    expect(page.locator("#heatmap .tk").last).to_have_attribute("data-i", str(len(tokens) - 1))
+    assert "".join(page.locator("#heatmap .tk").all_inner_texts()) == "".join(
+        shown_text(again[t["start"] : t["end"]]) for t in tokens[len(tokens) - HEATMAP_TOKENS :])
     page.locator("#heatmap-on input").uncheck()

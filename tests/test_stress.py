@@ -239,3 +239,32 @@ def test_constrained_lookaheads_from_several_threads_equal_the_same_calls_made_a
         alone = cli.lookahead(text, 3, 2, session="alone", constraint=constraint)
         assert [b["token_ids"] for b in answer["branches"]] == [b["token_ids"] for b in alone["branches"]], text
         assert [d["valid"] for d in answer["distribution"]] == [d["valid"] for d in alone["distribution"]]
+
+
+def test_heatmap_listings_from_several_threads_equal_the_same_calls_made_alone(embedded):
+    """Writers taking branches with the heatmap shown, sharing sessions (so each session's last listing is read
+    and replaced from every thread, precomputation running): every listing equals the same call made afresh."""
+    from lookahead.in_process import listings
+
+    answers: list[tuple[str, dict]] = []
+
+    def writer(rng):
+        text = rng.choice(["The harbour town woke slowly.", "Gulls argued over scraps and", "Once upon a time"])
+        session = f"heatmap {rng.randrange(2)}"  # two sessions between three writers
+        end = until(SECONDS)
+        while end():
+            shown = cli.lookahead(text, 3, 2, session=session, precompute=True)
+            answers.append((text, cli.token_probabilities(text, 3, session=session)))
+            time.sleep(rng.random() * 0.1)
+            text += shown["branches"][rng.randrange(len(shown["branches"]))]["text"]
+
+    run_threads([writer, writer, writer], seed=12)
+    assert cli.speculator.wait(JOIN_SECONDS)
+    assert answers
+    for text, answer in answers:
+        listings.clear()
+        alone = cli.token_probabilities(text, 3, session="alone")
+        assert [(t["token_id"], t["start"], t["end"], t["rank"]) for t in answer["tokens"]] == [
+            (t["token_id"], t["start"], t["end"], t["rank"]) for t in alone["tokens"]], text
+        for got, want in zip(answer["tokens"], alone["tokens"]):
+            assert got["prob"] == want["prob"] or abs(got["prob"] - want["prob"]) < 1e-5
