@@ -392,6 +392,12 @@ def test_why_on_a_branch_and_on_a_heatmap_token(page):
     coloured = view.locator('span[style*="rgba(234,88,12,0.85)"]')  # the strongest token, in the full colour
     expect(coloured).to_have_text(text[strongest["start"] : strongest["end"]])
     expect(page.locator("#text textarea")).to_have_value(text)  # asking why takes no branch
+    page.locator("#branch-2").focus()  # from the keyboard: a focused branch, then "?"
+    page.keyboard.press("?")
+    third = cli.attribution(text, shown["branches"][2]["token_ids"][0], session="browser-expectation")
+    expect(view).to_contain_text(f"Why {visible(third['target']['token'])} ({100 * third['target']['prob']:.1f}%)",
+                                 timeout=30_000)
+    expect(page.locator("#text textarea")).to_have_value(text)
 
     page.locator("#heatmap-on input").check()
     scored = cli.token_probabilities(text, 5, session="heatmap-expectation")["tokens"]

@@ -25,12 +25,17 @@ document.addEventListener("keydown", (e) => {
 });
 </script>
 """
-# "why?" on a branch: a small chip over the corner of the branch button under the pointer (or focused);
-# clicking it presses the hidden #why-branch button, whose event reads the branch from WHY_BRANCH_JS.
+# "why?" on a branch: a small chip over the corner of the branch button under the pointer (or focused;
+# there "?" asks too); it presses the hidden #why-branch button, whose event reads the branch from WHY_BRANCH_JS.
 BRANCH_WHY_JS = """
 <script>
 (() => {
   let chip = null, branch = null, hiding = null;
+  const explain = (button) => {
+    window.lookaheadWhyBranch = Number(button.id.replace("branch-", ""));
+    if (chip) chip.hidden = true;
+    document.getElementById("why-branch")?.click();
+  };
   const hideSoon = () => { clearTimeout(hiding); hiding = setTimeout(() => { if (chip) chip.hidden = true; }, 600); };
   const showOver = (button) => {
     if (!chip) {
@@ -38,14 +43,10 @@ BRANCH_WHY_JS = """
       chip.id = "branch-why";
       chip.type = "button";
       chip.textContent = "why?";
-      chip.title = "What in your text makes the model want this branch's first token";
+      chip.title = "What in your text makes the model want this branch's first token (or focus the branch and press ?)";
       chip.addEventListener("mouseenter", () => clearTimeout(hiding));
       chip.addEventListener("mouseleave", hideSoon);
-      chip.addEventListener("click", () => {
-        window.lookaheadWhyBranch = Number(branch.id.replace("branch-", ""));
-        chip.hidden = true;
-        document.getElementById("why-branch")?.click();
-      });
+      chip.addEventListener("click", () => explain(branch));
       document.body.appendChild(chip);
     }
     clearTimeout(hiding);
@@ -59,6 +60,9 @@ BRANCH_WHY_JS = """
   document.addEventListener("mouseover", (e) => { if (branchOf(e)) showOver(branchOf(e)); });
   document.addEventListener("focusin", (e) => { if (branchOf(e)) showOver(branchOf(e)); });
   document.addEventListener("mouseout", (e) => { if (branchOf(e)) hideSoon(); });
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "?" && branchOf(e)) { explain(branchOf(e)); e.preventDefault(); }
+  });
 })();
 </script>
 """
