@@ -6,10 +6,11 @@ pay. Whether it does depends on the CPU and its BLAS. For 2 to ~30 rows MKL's GE
 one-row time on one machine, where `weight @ x.T` kept it near one row; on another (Xeon, AVX-512 and
 AMX) `F.linear` at 2 rows cost as much as 1 and the transposed product 4x more. So nothing here is
 written down: when a model is loaded on a CPU, `measure_pass_costs` times whole forward passes of
-n tokens after a short context, through each linear path, and `use_measured_linears` sends each row
+n tokens after a short context, through each linear path, and `use_linear_path` sends each row
 count down the path that was faster. The curve (`PassCosts.seconds`) is also what lookahead decoding
 plans its pass widths by. Measurements are cached on disk per CPU model, torch version, thread count,
-model and dtype, so only a machine's first start pays for them (~3 s for the embedded model).
+model, dtype and the measurement's settings, so only a machine's first start pays for them (~14 s for the
+embedded model on a 2-core AMD EPYC).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from torch import nn
 ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32)  # pass widths measured; between them costs interpolate
 MAX_ROWS = ROWS[-1]  # wider passes (prompt prefills) always use GEMM's own path
 CONTEXT_TOKENS = 128  # the passes measured follow this many cached tokens
-REPEATS = 5  # timed passes per width and path (the fastest counts), after one untimed
+ROUNDS = 5  # timed rounds over every width and path (each one's fastest counts), after one untimed
 PATHS = ("linear", "transposed")
 
 
@@ -96,14 +97,16 @@ class PassCosts:
 
 
 def machine_key(model: nn.Module, name: str) -> str:
-    """What a measurement depends on: the CPU, torch, its threads, the model (by name and shape), the dtype."""
+    """What a measurement depends on: the CPU, torch, its threads, the model (by name and shape), the dtype,
+    and how it was measured."""
     config = getattr(model, "config", None)
     shape = config.to_json_string(use_diff=False) if config is not None else ""
     device = next(model.parameters()).device
     processor = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
     return json.dumps({"processor": processor, "torch": torch.__version__, "threads": torch.get_num_threads(),
                        "model": name, "shape": hashlib.sha256(shape.encode()).hexdigest()[:16],
-                       "dtype": str(next(model.parameters()).dtype)}, sort_keys=True)
+                       "dtype": str(next(model.parameters()).dtype),
+                       "measured": {"rows": ROWS, "context": CONTEXT_TOKENS, "rounds": ROUNDS}}, sort_keys=True)
 
 
 def cpu_model() -> str:
@@ -129,18 +132,17 @@ def measure_pass_costs(model: nn.Module, machine: str, paths: Iterable[str] = PA
     context = torch.randint(vocab, (1, context_tokens), generator=generator).to(device)
     cache = GrowableCache()
     model(context, past_key_values=cache, use_cache=True, logits_to_keep=1)
+    feeds = [torch.randint(vocab, (1, n), generator=generator).to(device) for n in ROWS]
     paths = tuple(paths)
-    timings: dict[str, list[float]] = {path: [] for path in paths}
-    for n in ROWS:
-        feed = torch.randint(vocab, (1, n), generator=generator).to(device)
-        runs: dict[str, list[float]] = {path: [] for path in paths}
-        for _ in range(REPEATS + 1):
-            for path in paths:  # interleaved, so a busy moment of the machine weighs on every path alike
-                use_linear_path(model, range(2, MAX_ROWS + 1) if path == "transposed" else ())
-                runs[path].append(_timed_pass(model, feed, cache))
+    runs: dict[str, list[list[float]]] = {path: [[] for _ in ROWS] for path in paths}
+    # Rounds over every width and path, so a busy moment of the machine (another process, a
+    # frequency change) weighs on one pass of each, never on all the passes of one width.
+    for _ in range(ROUNDS + 1):
         for path in paths:
-            timings[path].append(min(runs[path][1:]))  # the least disturbed of the timed passes
-    seconds = {path: tuple(timings[path]) for path in paths}
+            use_linear_path(model, range(2, MAX_ROWS + 1) if path == "transposed" else ())
+            for feed, times in zip(feeds, runs[path]):
+                times.append(_timed_pass(model, feed, cache))
+    seconds = {path: tuple(min(times[1:]) for times in runs[path]) for path in paths}  # the least disturbed
     return PassCosts(ROWS, seconds, machine)
 
 
