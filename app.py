@@ -29,10 +29,8 @@ from ui.scripts import (
 )
 from ui.render import attribution_view, branch_label, distribution_plot, tree_view
 
-SOURCE_LABELS = {"jacobi": "Jacobi window", "ngram": "n-gram draft", "recycled": "recycled prediction",
-                 "step": "plain step"}
-SOURCE_COLORS = {"Jacobi window": "#a78bfa", "n-gram draft": "#34d399", "recycled prediction": "#fbbf24",
-                 "plain step": "#e5e7eb"}
+SOURCE_LABELS = {"ngram": "n-gram draft", "recycled": "recycled prediction", "step": "plain step"}
+SOURCE_COLORS = {"n-gram draft": "#34d399", "recycled prediction": "#fbbf24", "plain step": "#e5e7eb"}
 MAX_BUTTONS = 10  # the n_branches slider's maximum; buttons beyond n_branches are hidden
 DEFAULT_TEXT = "The old lighthouse keeper climbed the stairs and"
 PRESET_NAMES = [*cli.PRESETS, "custom"]

@@ -464,7 +464,7 @@ def generate(
     in fewer forward passes (lookahead/decoding.py). Returns {"text", "token_ids",
     "token_texts" (each token's piece of "text"), "forward_passes" (the prompt's pass
     included, which gives the first token), "tokens_per_pass", "seconds", "accepted_per_pass",
-    "draft_source_per_token" ("step", "ngram", "recycled" or "jacobi"), "method", "model",
+    "draft_source_per_token" ("step", "ngram" or "recycled"), "method", "model",
     "truncated_tokens", "stopped_for_time" (on ZeroGPU: stopped early to stay inside the
     GPU time it asked for), "stop" (the stop string that ended it, or None)}. `session` is the
     caller's, as for `lookahead` (a vLLM server keeps its cache by it). Under a `constraint` (as for

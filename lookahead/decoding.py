@@ -1,12 +1,14 @@
 """Lossless lookahead decoding: exactly greedy's tokens, in fewer forward passes.
 
 Every pass feeds the last accepted token x and a tree of guesses for the tokens after it. The
-guesses come from three sources that cost no extra model:
+guesses come from two sources that cost no extra model:
   ngram     what followed earlier occurrences of the text's last few tokens, in the prompt and the
-            output (prompt lookup; PIA's n-gram trie), and the n-grams the Jacobi window produced
+            output (prompt lookup; PIA's n-gram trie)
   recycled  the model's own recent predictions: each token's top successors, refreshed from every
             pass's logits at every fed position (Token Recycling)
-  jacobi    the Jacobi window: the model's outputs for last pass's guesses, as this pass's (LADE)
+A third, LADE's Jacobi window (the model's outputs for last pass's guesses as this pass's), was
+measured and dropped: on bench_decoding's prompts it gave 1 accepted token in 768, and decoding took
+fewer passes without it.
 All of a pass's drafts go into one trie, so a prefix several drafts share is fed and verified once
 (PIA's branch sharing). A tree mask lets each node see only the cache, x and its own ancestors, so
 one pass verifies every draft: the path accepted is followed from x while a child holds the greedy
@@ -39,7 +41,6 @@ from lookahead.constraints import Guide
 from lookahead.kv_cache import GrowableCache
 
 # Named constants, as in llama.cpp's lookahead example.
-W_MAX = 4  # Jacobi window: most guesses it proposes
 D_MAX = 8  # longest draft from any source
 G_MAX = 3  # most n-gram drafts offered per pass
 KEY_MAX = 3  # longest suffix of the output looked up in the n-gram pool
@@ -49,12 +50,12 @@ RIDE_ALONG = 0.05  # more drafts join a pass while it costs at most this much mo
 EMA = 0.7  # weight of the past in the acceptance estimates
 PRIOR = 0.5  # each estimate's start: a guess is as likely right as wrong
 
-STEP, JACOBI, NGRAM, RECYCLED = "step", "jacobi", "ngram", "recycled"
-SOURCES = (NGRAM, RECYCLED, JACOBI)
+STEP, NGRAM, RECYCLED = "step", "ngram", "recycled"
+SOURCES = (NGRAM, RECYCLED)
 
 
 class NGramPool:
-    """Where each token sequence was seen: the prompt and output, plus Jacobi-window n-grams.
+    """Where each token sequence was seen: the prompt and the output.
 
     Lookups match the longest suffix (up to KEY_MAX tokens) of the current text and
     return what followed it, most recent first, as in prompt lookup and PIA's trie.
@@ -63,20 +64,12 @@ class NGramPool:
     def __init__(self, tokens: list[int]):
         self.tokens: list[int] = []
         self.positions: dict[int, list[int]] = defaultdict(list)  # token -> indices in self.tokens
-        self.jacobi: dict[int, dict[tuple[int, ...], None]] = defaultdict(dict)  # first token -> n-grams
         self.extend(tokens)
 
     def extend(self, tokens: list[int]) -> None:
         for token in tokens:
             self.positions[token].append(len(self.tokens))
             self.tokens.append(token)
-
-    def add_jacobi(self, ngram: tuple[int, ...]) -> None:
-        grams = self.jacobi[ngram[0]]
-        grams.pop(ngram, None)
-        grams[ngram] = None
-        if len(grams) > G_MAX:
-            del grams[next(iter(grams))]
 
     def _text_matches(self, length: int, slot: bool) -> list[tuple[int, tuple[int, ...]]]:
         """(tokens matched, continuation) for earlier occurrences of the text's end, longest match first.
@@ -93,27 +86,25 @@ class NGramPool:
             match = 1
             while match < KEY_MAX and pos - match >= 0 and text[pos - match] == text[anchor - match]:
                 match += 1
-            start = pos + 1 + slot
-            found.append((match, tuple(text[start : start + length])))
+            found.append((match, self._copy(pos + 1 + slot, length)))
             if len(found) >= 64:
                 break
         return sorted(found, key=lambda m: -m[0])  # stable: most recent first among equal matches
 
-    def drafts(self, n: int, length: int) -> list[tuple[tuple[int, ...], str]]:
-        """Up to n distinct (draft, source) continuations of the current text, best first.
+    def _copy(self, start: int, length: int) -> tuple[int, ...]:
+        """The `length` tokens from `start` on, copied as LZ77 copies: past the text's end the copy
+        continues with its own tokens, so a pattern repeating every few tokens drafts its full length."""
+        text, copied = self.tokens, []
+        for i in range(start, start + length):
+            copied.append(text[i] if i < len(text) else copied[i - len(text)])
+        return tuple(copied)
 
-        Exact matches first, then slot matches of at least 2 tokens, then Jacobi n-grams.
-        """
-        candidates = [(d, NGRAM) for _, d in self._text_matches(length, slot=False)]
-        candidates += [(d, NGRAM) for m, d in self._text_matches(length, slot=True) if m >= 2]
-        candidates += [(gram[1 : 1 + length], JACOBI) for gram in reversed(self.jacobi.get(self.tokens[-1], {}))]
-        found: dict[tuple[int, ...], str] = {}
-        for draft, source in candidates:
-            if draft:
-                found.setdefault(draft, source)
-            if len(found) >= n:
-                break
-        return list(found.items())
+    def drafts(self, n: int, length: int) -> list[tuple[int, ...]]:
+        """Up to n distinct continuations of the current text, best first: exact matches, then slot
+        matches of at least 2 tokens."""
+        candidates = [d for _, d in self._text_matches(length, slot=False)]
+        candidates += [d for m, d in self._text_matches(length, slot=True) if m >= 2]
+        return list(dict.fromkeys(d for d in candidates if d))[:n]
 
 
 @dataclass
@@ -178,23 +169,20 @@ class _Planner:
 
     `accept[j]` estimates the chance that the leading draft's token j+1 is right when tokens 1..j were;
     `gains[source]` how many tokens that source's draft got right lately. Both learn from every
-    pass's outcome, whether or not the drafts were fed.
+    pass's outcome, whether or not the drafts were fed. A pass of w guesses shows at most position
+    w+1, so a position not seen yet is taken to be as likely as the deepest one seen: otherwise the
+    prior alone would hold the width where it is while every draft comes true.
     """
 
     cost: Callable[[int], float]  # seconds for a pass of n fed tokens
-    accept: list[float] = field(default_factory=lambda: [PRIOR] * D_MAX)
+    accept: list[float | None] = field(default_factory=lambda: [None] * D_MAX)  # None: not seen yet
     gains: dict[str, float] = field(default_factory=lambda: dict.fromkeys(SOURCES, PRIOR))
-    window: list[int] = field(default_factory=list)  # the Jacobi window's guesses for the next pass
     successors: dict[int, list[int]] = field(default_factory=dict)  # token -> its latest top successors
 
     def drafts(self, pool: NGramPool, x: int) -> list[tuple[list[int], str]]:
         """Every source's drafts continuing x, the source right most lately first (each source's best first)."""
-        by_source: dict[str, list[list[int]]] = {source: [] for source in SOURCES}
-        for draft, source in pool.drafts(G_MAX, D_MAX):
-            by_source[source].append(list(draft))
-        by_source[JACOBI].insert(0, (self.window + [x] * W_MAX)[:W_MAX])  # until fed, x repeated (as LADE starts)
-        for first in self.successors.get(x, []):
-            by_source[RECYCLED].append(self._recycled_chain(first))
+        by_source = {NGRAM: [list(draft) for draft in pool.drafts(G_MAX, D_MAX)],
+                     RECYCLED: [self._recycled_chain(first) for first in self.successors.get(x, [])]}
         order = sorted(SOURCES, key=lambda source: -self.gains[source])
         return [(draft, source) for source in order for draft in by_source[source] if draft]
 
@@ -204,11 +192,17 @@ class _Planner:
             chain.append(self.successors[chain[-1]][0])
         return chain
 
+    def _accept(self, j: int) -> float:
+        """The estimate at position j, or at the deepest position seen before it, or the prior."""
+        while j >= 0 and self.accept[j] is None:
+            j -= 1
+        return PRIOR if j < 0 else self.accept[j]
+
     def width(self, longest: int) -> int:
         """Guesses for the leading draft (at most `longest`): the count with the most expected tokens per second."""
         best, best_rate, expected, reach = 0, 1 / self.cost(1), 1.0, 1.0
         for w in range(1, min(longest, D_MAX, MAX_GUESSES) + 1):
-            reach *= self.accept[w - 1]
+            reach *= self._accept(w - 1)
             expected += reach
             if expected / self.cost(1 + w) > best_rate:
                 best, best_rate = w, expected / self.cost(1 + w)
@@ -243,7 +237,7 @@ class _Planner:
                 self.gains[source] = EMA * self.gains[source] + (1 - EMA) * right
             if rank == 0:  # the leading draft: positions 1..right were right, the next one wrong (if seen)
                 for j in range(min(right + 1, len(draft), len(produced))):
-                    self.accept[j] = EMA * self.accept[j] + (1 - EMA) * (j < right)
+                    self.accept[j] = EMA * self._accept(j) + (1 - EMA) * (j < right)
         top = logits.topk(RECYCLE_K, dim=-1).indices.tolist()
         for token, successors in zip(fed, top):
             self.successors[token] = successors
@@ -310,7 +304,6 @@ def lookahead_passes(
             attention_mask=tree_mask(past, trie.parents, model.dtype, device) if len(trie) > 1 else None,
             position_ids=torch.tensor([[past + d for d in trie.depths]], device=device),
         )
-        choice = out.logits[0].argmax(-1).tolist()  # greedy token after each fed node (unconstrained: drafts learn from it)
         # Verify: follow the trie from x while a child holds the greedy choice after its parent.
         path, node = [], 0
         while (child := trie.children[node].get(chosen := _greedy(out.logits[0, node], guide))) is not None:
@@ -318,17 +311,6 @@ def lookahead_passes(
             node = child
         tokens = [trie.tokens[i] for i in path] + [chosen]
         sources = [trie.sources[i] for i in path] + [STEP]
-        # The window's outputs are its next guesses (shifted past what was accepted), and each of
-        # its inputs with the outputs after it is an n-gram for the pool.
-        window = trie.add((planner.window + [x] * W_MAX)[:W_MAX], JACOBI, 0)  # its nodes, if it was fed
-        if window:
-            outputs = [choice[0]] + [choice[i] for i in window]
-            for j, guess in enumerate([x] + [trie.tokens[i] for i in window]):
-                if len(outputs) - j >= 2:
-                    pool.add_jacobi((guess, *outputs[j:]))
-            planner.window = outputs[len(path) + 1 :]
-        else:
-            planner.window = []
         planner.learn(proposed, tokens, trie.tokens, out.logits[0])
         cache.keep(past + 1, [past + i for i in path])
         for i, token in enumerate(tokens):

@@ -217,7 +217,7 @@ class Continuation:
                 return
 
     def add(self, tokens: list[int], sources: list[str]) -> None:
-        """One forward pass's accepted tokens, and where each came from ("step", "jacobi", "ngram").
+        """One forward pass's accepted tokens, and where each came from ("step", "ngram", "recycled").
 
         A completed stop string ends the continuation: the text is cut before it, and the tokens
         after the one that completed it are dropped.

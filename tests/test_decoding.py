@@ -9,9 +9,9 @@ import torch
 import custom_llm_inference as cli
 from lookahead.cpu_linear import ROWS, MeasuredLinear, PassCosts, use_linear_path
 from lookahead.decoding import (
-    JACOBI,
     NGRAM,
     RECYCLED,
+    SOURCES,
     STEP,
     DraftTrie,
     NGramPool,
@@ -46,7 +46,7 @@ def test_tokens_equal_transformers_greedy_generate(model_name, prompt, method):
     assert result["token_ids"] == expected
     assert sum(result["accepted_per_pass"]) == len(result["token_ids"]) == len(result["draft_source_per_token"])
     assert result["forward_passes"] == len(result["accepted_per_pass"])
-    assert set(result["draft_source_per_token"]) <= {STEP, JACOBI, NGRAM, RECYCLED}
+    assert set(result["draft_source_per_token"]) <= {STEP, *SOURCES}
     assert result["text"] == tokenizer.decode(expected, skip_special_tokens=True) == "".join(result["token_texts"])
 
 
@@ -54,7 +54,7 @@ def test_repetitive_text_takes_fewer_passes_than_tokens(embedded):
     result = cli.generate(PROMPTS["repetition"], 30, "lookahead")
     assert result["forward_passes"] < len(result["token_ids"])
     assert max(result["accepted_per_pass"]) > 1
-    assert set(result["draft_source_per_token"]) & {NGRAM, JACOBI, RECYCLED}
+    assert set(result["draft_source_per_token"]) & set(SOURCES)
     greedy = cli.generate(PROMPTS["repetition"], 30, "greedy")
     assert greedy["forward_passes"] == len(greedy["token_ids"]) and set(greedy["draft_source_per_token"]) == {STEP}
 
@@ -106,23 +106,19 @@ def test_bad_generate_arguments_raise_clear_value_errors(kwargs, message):
 def test_pool_drafts_what_followed_the_longest_recent_match():
     pool = NGramPool([5, 1, 2, 3, 9, 8, 2, 3, 4, 7, 1, 2, 3])
     drafts = pool.drafts(3, 3)
-    assert drafts[0] == ((9, 8, 2), NGRAM), "1 2 3 matched three tokens: its continuation comes first"
-    assert ((4, 7, 1), NGRAM) in drafts, "the 2 3 match follows"
+    assert drafts[0] == (9, 8, 2), "1 2 3 matched three tokens: its continuation comes first"
+    assert (4, 7, 1) in drafts, "the 2 3 match follows"
     assert NGramPool([1, 2, 3]).drafts(2, 2) == [], "nothing repeats yet"
+
+
+def test_pool_continues_a_short_repeat_past_the_end_of_the_text():
+    pool = NGramPool([7, 1, 2, 1, 2, 1, 2])  # "map_map_map": the latest match is two tokens back
+    assert pool.drafts(1, 6)[0] == (1, 2, 1, 2, 1, 2), "the copy continues with its own tokens"
 
 
 def test_pool_drafts_across_a_changed_slot_in_a_repeated_template():
     pool = NGramPool([5, 1, 2, 3, 9, 8, 2, 3, 4, 7, 1, 2, 3, 6])  # "1 2 3 <slot>" seen before with 9
-    assert pool.drafts(2, 2) == [((8, 2), NGRAM), ((7, 1), NGRAM)], "what followed the slot, longest context first"
-
-
-def test_pool_offers_jacobi_ngrams_after_text_matches():
-    pool = NGramPool([4, 5, 6])
-    pool.add_jacobi((6, 11, 12, 13))
-    assert pool.drafts(2, 2) == [((11, 12), JACOBI)]
-    for g in range(10):
-        pool.add_jacobi((6, 20 + g))
-    assert len(pool.jacobi[6]) <= 3, "the pool keeps only the newest few n-grams per token"
+    assert pool.drafts(2, 2) == [(8, 2), (7, 1)], "what followed the slot, longest context first"
 
 
 def test_a_draft_trie_shares_the_prefixes_of_its_drafts():
@@ -131,8 +127,8 @@ def test_a_draft_trie_shares_the_prefixes_of_its_drafts():
     assert trie.add([1, 2, 4, 5], RECYCLED, 10) == [1, 2, 4, 5], "1 2 is shared: only 4 and 5 are new"
     assert trie.tokens == [7, 1, 2, 3, 4, 5] and trie.parents == [-1, 0, 1, 2, 2, 4]
     assert trie.depths == [0, 1, 2, 3, 3, 4] and trie.sources == [STEP, NGRAM, NGRAM, NGRAM, RECYCLED, RECYCLED]
-    assert trie.add([9, 9, 9], JACOBI, 1) == [6], "room for one node only"
-    assert trie.add([1, 2, 3], JACOBI, 0) == [1, 2, 3], "no room needed to find what is there"
+    assert trie.add([9, 9, 9], RECYCLED, 1) == [6], "room for one node only"
+    assert trie.add([1, 2, 3], RECYCLED, 0) == [1, 2, 3], "no room needed to find what is there"
 
 
 def test_tree_mask_lets_each_node_see_the_cache_and_its_ancestors():
@@ -158,6 +154,13 @@ def test_the_planner_guesses_as_far_as_the_measured_curve_and_the_acceptance_pay
     planner.accept = [0.9, 0.9, 0.1] + [0.1] * 5
     kneed = costs(lambda n: 1.0 if n <= 3 else 1.0 + 0.1 * (n - 3))
     assert _Planner(kneed, accept=planner.accept).width(8) == 2, "past the knee, unlikely guesses do not pay"
+
+
+def test_positions_the_planner_has_not_seen_follow_the_deepest_it_has():
+    kneed = costs(lambda n: 1.0 if n <= 4 else 1.0 + 0.1 * (n - 4))
+    seen = [0.95] * 3 + [None] * 5  # three guesses per pass, each right: position 4 and on never shown
+    assert _Planner(kneed, accept=seen).width(8) == 8, "a draft right as deep as it was fed is fed deeper"
+    assert _Planner(kneed, accept=[0.95] * 3 + [0.5] * 5).width(8) == 4, "the prior alone would hold it near 3"
 
 
 def test_the_planner_learns_from_drafts_it_did_not_feed():
