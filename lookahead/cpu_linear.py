@@ -4,10 +4,12 @@ A decoding pass on a CPU is bound by reading the weights, so feeding a few token
 should cost about the same: that is what makes guessing tokens (lookahead decoding, branch trees)
 pay. Whether it does depends on the CPU and its BLAS. For 2 to ~30 rows MKL's GEMM took twice the
 one-row time on one machine, where `weight @ x.T` kept it near one row; on another (Xeon, AVX-512 and
-AMX) `F.linear` at 2 rows cost as much as 1 and the transposed product 4x more. So nothing here is
-written down: when a model is loaded on a CPU, `measure_pass_costs` times whole forward passes of
-n tokens after a short context, through each linear path, and `use_linear_path` sends each row
-count down the path that was faster. The curve (`PassCosts.seconds`) is also what lookahead decoding
+AMX) `F.linear` at 2 rows cost as much as 1 and the transposed product 4x more. One row is a GEMV,
+which MKL ran on one thread on a 2-core AMD EPYC (16 GB/s, where a GEMM of two columns streamed 36),
+so the transposed path feeds a single row as two, itself twice: a one-token pass there took 23 ms
+instead of 38. Nothing here is written down: when a model is loaded on a CPU, `measure_pass_costs`
+times whole forward passes of n tokens after a short context, through each linear path, and
+`use_linear_path` sends each row count down the path that was faster. The curve (`PassCosts.seconds`) is also what lookahead decoding
 plans its pass widths by. Measurements are cached on disk per CPU model, torch version, thread count,
 model, dtype and the measurement's settings, so only a machine's first start pays for them (~14 s for the
 embedded model on a 2-core AMD EPYC).
@@ -31,10 +33,12 @@ MAX_ROWS = ROWS[-1]  # wider passes (prompt prefills) always use GEMM's own path
 CONTEXT_TOKENS = 128  # the passes measured follow this many cached tokens
 ROUNDS = 5  # timed rounds over every width and path (each one's fastest counts), after one untimed
 PATHS = ("linear", "transposed")
+TRANSPOSED_ROWS = range(1, MAX_ROWS + 1)  # row counts the transposed path can take
 
 
 class MeasuredLinear(nn.Linear):
-    """nn.Linear that computes the row counts in `transposed_rows` as weight @ x.T (same result up to rounding)."""
+    """nn.Linear that computes the row counts in `transposed_rows` as weight @ x.T (same result up to rounding),
+    a single row as two (itself twice), so that the product is a GEMM that streams the weights on every thread."""
 
     transposed_rows: frozenset[int] = frozenset()
 
@@ -42,7 +46,8 @@ class MeasuredLinear(nn.Linear):
         rows = x.numel() // x.shape[-1]
         if rows not in self.transposed_rows:
             return super().forward(x)
-        out = (self.weight @ x.reshape(rows, -1).T).T
+        flat = x.reshape(rows, -1)
+        out = (self.weight @ (flat.expand(2, -1).contiguous() if rows == 1 else flat).T)[:, :rows].T
         if self.bias is not None:
             out = out + self.bias
         return out.contiguous().reshape(*x.shape[:-1], -1)
@@ -70,7 +75,7 @@ class PassCosts:
 
     def transposed_rows(self) -> list[int]:
         """Row counts (up to MAX_ROWS) whose passes were faster through weight @ x.T."""
-        return [n for n in range(2, self.rows[-1] + 1) if self.faster_path(n) == "transposed"]
+        return [n for n in TRANSPOSED_ROWS if n <= self.rows[-1] and self.faster_path(n) == "transposed"]
 
     def __call__(self, n: int) -> float:
         """Seconds for a pass of n tokens through the faster path (interpolated between measured widths)."""
@@ -106,7 +111,8 @@ def machine_key(model: nn.Module, name: str) -> str:
     return json.dumps({"processor": processor, "torch": torch.__version__, "threads": torch.get_num_threads(),
                        "model": name, "shape": hashlib.sha256(shape.encode()).hexdigest()[:16],
                        "dtype": str(next(model.parameters()).dtype),
-                       "measured": {"rows": ROWS, "context": CONTEXT_TOKENS, "rounds": ROUNDS}}, sort_keys=True)
+                       "measured": {"rows": ROWS, "context": CONTEXT_TOKENS, "rounds": ROUNDS,
+                                    "transposed": [TRANSPOSED_ROWS.start, TRANSPOSED_ROWS.stop]}}, sort_keys=True)
 
 
 def cpu_model() -> str:
@@ -139,7 +145,7 @@ def measure_pass_costs(model: nn.Module, machine: str, paths: Iterable[str] = PA
     # frequency change) weighs on one pass of each, never on all the passes of one width.
     for _ in range(ROUNDS + 1):
         for path in paths:
-            use_linear_path(model, range(2, MAX_ROWS + 1) if path == "transposed" else ())
+            use_linear_path(model, TRANSPOSED_ROWS if path == "transposed" else ())
             for feed, times in zip(feeds, runs[path]):
                 times.append(_timed_pass(model, feed, cache))
     seconds = {path: tuple(min(times[1:]) for times in runs[path]) for path in paths}  # the least disturbed

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import custom_llm_inference as cli
-from lookahead.cpu_linear import ROWS, MeasuredLinear, PassCosts, use_linear_path
+from lookahead.cpu_linear import ROWS, TRANSPOSED_ROWS, MeasuredLinear, PassCosts, use_linear_path
 from lookahead.decoding import (
     NGRAM,
     RECYCLED,
@@ -188,6 +188,8 @@ def test_pass_costs_interpolate_and_choose_the_faster_path_per_width():
     assert measured(3) == 2.0 and measured(1) == 1.0 and measured(8) == 4.0, "past the widest: linear in n"
     assert measured.faster_path(2) == "transposed" and measured.faster_path(4) == "linear"
     assert measured.transposed_rows() == [2]
+    one_row_faster = PassCosts((1, 2), {"linear": (2.0, 2.0), "transposed": (1.0, 1.5)}, "test")
+    assert one_row_faster.transposed_rows() == [1, 2], "a single row takes the transposed path where it wins"
     assert "| 2 | 2.0 | 1.5 | transposed |" in measured.table().replace("2000.0", "2.0").replace("1500.0", "1.5")
 
 
@@ -196,8 +198,8 @@ def test_measured_linears_match_nn_linear_for_any_number_of_rows():
     model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 8, bias=False))
     inputs = [torch.randn(shape) for shape in [(1, 1, 64), (1, 5, 64), (2, 3, 64), (7, 64), (1, 100, 64)]]
     expected = [model(x) for x in inputs]
-    use_linear_path(model, range(2, 33))
-    assert isinstance(model[0], MeasuredLinear) and model[2].transposed_rows == frozenset(range(2, 33))
+    use_linear_path(model, TRANSPOSED_ROWS)  # one row included: it is fed as two
+    assert isinstance(model[0], MeasuredLinear) and model[2].transposed_rows == frozenset(TRANSPOSED_ROWS)
     for x, want in zip(inputs, expected):
         torch.testing.assert_close(model(x), want, rtol=1e-5, atol=1e-6)
 
