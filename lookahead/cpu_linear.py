@@ -47,7 +47,8 @@ class MeasuredLinear(nn.Linear):
         if rows not in self.transposed_rows:
             return super().forward(x)
         flat = x.reshape(rows, -1)
-        out = (self.weight @ (flat.expand(2, -1).contiguous() if rows == 1 else flat).T)[:, :rows].T
+        columns = flat.expand(2, -1).contiguous() if rows == 1 else flat  # one row as two: a GEMM, not a GEMV
+        out = (self.weight @ columns.T)[:, :rows].T
         if self.bias is not None:
             out = out + self.bias
         return out.contiguous().reshape(*x.shape[:-1], -1)
