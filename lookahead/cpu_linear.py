@@ -3,16 +3,17 @@
 A decoding pass on a CPU is bound by reading the weights, so feeding a few tokens instead of one
 should cost about the same: that is what makes guessing tokens (lookahead decoding, branch trees)
 pay. Whether it does depends on the CPU and its BLAS. For 2 to ~30 rows MKL's GEMM took twice the
-one-row time on one machine, where `weight @ x.T` kept it near one row; on another (Xeon, AVX-512 and
-AMX) `F.linear` at 2 rows cost as much as 1 and the transposed product 4x more. One row is a GEMV,
-which MKL ran on one thread on a 2-core AMD EPYC (16 GB/s, where a GEMM of two columns streamed 36),
-so the transposed path feeds a single row as two, itself twice: a one-token pass there took 23 ms
-instead of 38. Nothing here is written down: when a model is loaded on a CPU, `measure_pass_costs`
-times whole forward passes of n tokens after a short context, through each linear path, and
-`use_linear_path` sends each row count down the path that was faster. The curve (`PassCosts.seconds`) is also what lookahead decoding
-plans its pass widths by. Measurements are cached on disk per CPU model, torch version, thread count,
-model, dtype and the measurement's settings, so only a machine's first start pays for them (~14 s for the
-embedded model on a 2-core AMD EPYC).
+one-row time on one machine, where `weight @ x.T` kept it near one row; on another (Xeon, AVX-512
+and AMX) `F.linear` at 2 rows cost as much as 1 and the transposed product 4x more. One row is a
+GEMV, which MKL ran on one thread on a 2-core AMD EPYC (16 GB/s, where a GEMM of two columns
+streamed 36), so the transposed path feeds a single row as two, itself twice: a one-token pass there
+took 23 ms instead of 38. Nothing here is written down: when a model is loaded on a CPU,
+`measure_pass_costs` times whole forward passes of n tokens after a short context, through each
+linear path, and `use_linear_path` sends each row count down the path that was faster. The curve
+(`PassCosts.seconds`) is also what lookahead decoding plans its pass widths by. Measurements are
+cached on disk per CPU model, torch version, thread count, model, dtype and the measurement's
+settings, so only a machine's first start pays for them (~14 s for the embedded model on a 2-core
+AMD EPYC).
 """
 
 from __future__ import annotations
