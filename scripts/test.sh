@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install everything the tests need into a fresh virtual environment and run them.
-# This is the README's test command; CI (.ci/run) runs exactly this.
+# Install everything the tests need into a virtual environment ($VENV, default .venv: made if missing,
+# reused if there) and run them. This is the README's test command; CI (.ci/run) runs it in a new one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
