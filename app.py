@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import gradio as gr
 
@@ -419,32 +421,101 @@ def session_key(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or "anonymous"
 
 
+# Gradio's MCP server sends every tool call through one internal gradio_client, which marks its requests so.
+MCP_CLIENT_HEADER = ("x-gradio-user", "mcp")
+
+
+def from_mcp(request: gr.Request | None) -> bool:
+    return request is not None and request.headers.get(MCP_CLIENT_HEADER[0]) == MCP_CLIENT_HEADER[1]
+
+
+@contextmanager
+def caller_session(request: gr.Request | None) -> Iterator[str]:
+    """The session an API call runs in.
+
+    A browser or gradio_client caller has its own (gradio's session_hash), kept between its calls. Every MCP call
+    arrives with the MCP server's one session_hash, which would give all agents one KV cache (and on the vLLM
+    backend one cache salt): one could probe what another wrote. So an MCP call runs in a session of its own,
+    shared with nothing, and forgotten when the call ends. Claiming the MCP header only buys that isolation.
+    """
+    if not from_mcp(request):
+        yield session_key(request)
+        return
+    session = f"mcp-{secrets.token_hex(16)}"
+    try:
+        yield session
+    finally:
+        cli.end_session(session)
+
+
+def reply(result: dict | list, request: gr.Request | None) -> dict | list | str:
+    """A result as its caller reads it: JSON text for an MCP client (gradio's MCP server sends str(value), a
+    Python repr); the plain value for everyone else, whom gradio sends JSON anyway."""
+    return json.dumps(result, ensure_ascii=False) if from_mcp(request) else result
+
+
+# The endpoints below are also the MCP tools: gradio takes each tool's description from the docstring's text
+# before "Args:", each parameter's from its one line under "Args:" (a wrapped line would be lost), and appends
+# the lines under "Returns:". docs/api.md documents them in full.
+
+
 def api_lookahead(
     text: str, n_branches: int = 5, depth: int = 3, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
     repetition_penalty: float = 1.0, branch_mode: str = "greedy", seed: int = 0, messages: list[dict] | None = None,
     model_name: str | None = None, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
     constraint: dict | None = None, stop: list[str] | None = None, request: gr.Request = None,
 ) -> dict:
-    """The n_branches best next tokens of `text` (by p_final), each continued to `depth` tokens (see README).
+    """Where a language model could go next after a text: its likeliest next tokens, each continued a few tokens.
 
-    With `messages` (earlier turns), `text` is the assistant's reply being written (chat mode).
-    `constraint`: {"type": "choice" | "regex" | "json_schema" | "grammar", "value", "start"}.
+    Args:
+        text: The text so far; the branches continue it. In chat mode, the assistant's reply so far (may be empty).
+        n_branches: How many branches (1-20); branch i starts with the i-th likeliest next token by p_final.
+        depth: Tokens in each branch (1-16).
+        temperature: Sampling temperature applied to p_final (0.01-5; 1 changes nothing).
+        top_k: Keep only the top_k likeliest tokens in p_final (0-200; 0 is off).
+        top_p: Keep the fewest likeliest tokens whose probabilities sum to top_p (0.01-1; 1 is off).
+        repetition_penalty: transformers' repetition penalty over the context (0.01-5; 1 is off).
+        branch_mode: "greedy" (each branch takes its likeliest next tokens) or "sample" (drawn from p_final).
+        seed: Random seed for branch_mode "sample" (an integer, 0 or more); the same seed gives the same branches.
+        messages: Chat mode: the earlier turns, a list of {"role": "system"|"user"|"assistant", "content": text}.
+        model_name: One of the models the app offers; empty for the default.
+        presence_penalty: OpenAI's presence penalty over the context (-2 to 2; 0 is off).
+        frequency_penalty: OpenAI's frequency penalty over the context (-2 to 2; 0 is off).
+        constraint: {"type": "choice"|"regex"|"json_schema"|"grammar", "value": ..., "start": offset in text or null}.
+        stop: Up to 8 stop strings; a branch ends where it completes one, its text cut before it.
+
+    Returns:
+        An object: "branches" (each "text" to append, "prob", "p_final", "token_ids", "ends", "stop"),
+        "distribution" (the next tokens: "token", "prob", "p_final", "kept", "valid"), token counts and settings.
     """
-    return cli.lookahead(
-        text, n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
-        session=session_key(request), messages=messages, model_name=offered(model_name),
-        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, constraint=constraint, stop=stop,
-    )
+    with caller_session(request) as session:
+        return reply(cli.lookahead(
+            text, n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
+            session=session, messages=messages, model_name=offered(model_name),
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, constraint=constraint, stop=stop,
+        ), request)
 
 
 def api_token_probabilities(
     text: str, k: int = 5, messages: list[dict] | None = None, model_name: str | None = None,
     request: gr.Request = None,
 ) -> dict:
-    """Every token of `text` with its probability given what precedes it, rank, entropy and top-k alternatives."""
-    return cli.token_probabilities(
-        text, k, session=session_key(request), messages=messages, model_name=offered(model_name)
-    )
+    """How likely a language model found each token of a text, given everything before it (GLTR-style).
+
+    Args:
+        text: The text to score. In chat mode, the assistant's reply, scored after the conversation.
+        k: How many of the model's own top choices to list at each token (1-20).
+        messages: Chat mode: the earlier turns, a list of {"role": "system"|"user"|"assistant", "content": text}.
+        model_name: One of the models the app offers; empty for the default.
+
+    Returns:
+        An object: "tokens", each with "token", "start"/"end" (its characters in text), "prob", "rank" (1 is the
+        model's first choice), "entropy" in bits and "alternatives" (the top k there); and token counts.
+    """
+    with caller_session(request) as session:
+        return reply(cli.token_probabilities(
+            text, k, session=session, messages=messages, model_name=offered(model_name)
+        ), request)
 
 
 def api_generate(
@@ -452,12 +523,25 @@ def api_generate(
     model_name: str | None = None, constraint: dict | None = None, stop: list[str] | None = None,
     request: gr.Request = None,
 ) -> Iterator[dict]:
-    """Continue `text` greedily, streaming the growing result after every forward pass.
+    """Continue a text greedily (the model's likeliest token each step), streaming the growing result.
 
-    "lookahead" gives the same tokens as "greedy" in fewer forward passes; `predict` returns the final result.
+    Args:
+        text: The text to continue. In chat mode, the assistant's reply so far (may be empty).
+        max_new_tokens: The most tokens to add (1-1024); it stops earlier at the end-of-sequence token or a stop string.
+        method: "lookahead" (the same tokens as "greedy" in fewer forward passes) or "greedy" (one token per pass).
+        messages: Chat mode: the earlier turns, a list of {"role": "system"|"user"|"assistant", "content": text}.
+        model_name: One of the models the app offers; empty for the default.
+        constraint: {"type": "choice"|"regex"|"json_schema"|"grammar", "value": ..., "start": offset in text or null}.
+        stop: Up to 8 stop strings; the continuation ends where it completes one, cut before it.
+
+    Returns:
+        An object: "text" (the continuation alone), "token_ids", "forward_passes", "tokens_per_pass", "seconds",
+        "stop" (the stop string that ended it, or null).
     """
-    yield from cli.generate_stream(text, max_new_tokens, method, session=session_key(request), messages=messages,
-                                   model_name=offered(model_name), constraint=constraint, stop=stop)
+    with caller_session(request) as session:
+        for result in cli.generate_stream(text, max_new_tokens, method, session=session, messages=messages,
+                                          model_name=offered(model_name), constraint=constraint, stop=stop):
+            yield reply(result, request)
 
 
 def api_next_token_distribution(
@@ -466,12 +550,31 @@ def api_next_token_distribution(
     presence_penalty: float = 0.0, frequency_penalty: float = 0.0, constraint: dict | None = None,
     request: gr.Request = None,
 ) -> list:
-    """The k next tokens of `text`, with prob (p_base), logprob, p_final, kept and valid (see README)."""
-    return cli.next_token_distribution(
-        text, k, temperature, top_k, top_p, repetition_penalty, session=session_key(request), messages=messages,
-        model_name=offered(model_name), presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-        constraint=constraint,
-    )
+    """The next-token distribution after a text: the k likeliest tokens, before and after the sampling settings.
+
+    Args:
+        text: The text so far. In chat mode, the assistant's reply so far (may be empty).
+        k: How many tokens to list (1-200).
+        temperature: Sampling temperature applied to p_final (0.01-5; 1 changes nothing).
+        top_k: Keep only the top_k likeliest tokens in p_final (0-200; 0 is off).
+        top_p: Keep the fewest likeliest tokens whose probabilities sum to top_p (0.01-1; 1 is off).
+        repetition_penalty: transformers' repetition penalty over the context (0.01-5; 1 is off).
+        messages: Chat mode: the earlier turns, a list of {"role": "system"|"user"|"assistant", "content": text}.
+        model_name: One of the models the app offers; empty for the default.
+        presence_penalty: OpenAI's presence penalty over the context (-2 to 2; 0 is off).
+        frequency_penalty: OpenAI's frequency penalty over the context (-2 to 2; 0 is off).
+        constraint: {"type": "choice"|"regex"|"json_schema"|"grammar", "value": ..., "start": offset in text or null}.
+
+    Returns:
+        A list of tokens, likeliest first by p_final: "token", "token_id", "prob" (the plain softmax), "logprob",
+        "p_final" (after the settings), "kept" (not cut by top_k/top_p), "valid" (allowed by the constraint).
+    """
+    with caller_session(request) as session:
+        return reply(cli.next_token_distribution(
+            text, k, temperature, top_k, top_p, repetition_penalty, session=session, messages=messages,
+            model_name=offered(model_name), presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+            constraint=constraint,
+        ), request)
 
 
 def api_attribution(
@@ -479,10 +582,25 @@ def api_attribution(
     window: int = 512, messages: list[dict] | None = None, model_name: str | None = None,
     at_token: int | None = None, request: gr.Request = None,
 ) -> dict:
-    """Why the model expects a next token after `text` (or, with `at_token`, at that token of it): each token's
-    share (saliency, input_x_gradient, integrated_gradients or attention; see README)."""
-    return cli.attribution(text, target_token_id, method, steps, window, session=session_key(request),
-                           messages=messages, model_name=offered(model_name), at_token=at_token)
+    """Why a language model expects a next token after a text: each earlier token's share in that prediction.
+
+    Args:
+        text: The text the prediction follows. In chat mode, the assistant's reply so far.
+        target_token_id: The token id to explain; empty for the model's first choice.
+        method: "input_x_gradient", "saliency", "integrated_gradients" (slow: steps passes) or "attention".
+        steps: Integrated gradients' points between a zero baseline and the input (1-64).
+        window: How many of the last tokens to attribute over (1-2048).
+        messages: Chat mode: the earlier turns, a list of {"role": "system"|"user"|"assistant", "content": text}.
+        model_name: One of the models the app offers; empty for the default.
+        at_token: Explain the prediction at this token of the text (an index into token_probabilities' tokens).
+
+    Returns:
+        An object: "target" ("token", "token_id", "prob"), "method", "tokens" (each "token", "start"/"end" and
+        "score": its share, the window's scores summing to 1; null before the window).
+    """
+    with caller_session(request) as session:
+        return reply(cli.attribution(text, target_token_id, method, steps, window, session=session,
+                                     messages=messages, model_name=offered(model_name), at_token=at_token), request)
 
 
 with gr.Blocks(title="Interactive Lookahead") as demo:
@@ -688,11 +806,11 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                              **private).then(**suggest_io)
     stops.blur(**suggest_io)
 
-    gr.api(handled(api_lookahead), api_name="lookahead", concurrency_id="interact")
-    gr.api(handled(api_generate), api_name="generate", concurrency_id="generate")
-    gr.api(handled(api_next_token_distribution), api_name="next_token_distribution", concurrency_id="interact")
-    gr.api(handled(api_token_probabilities), api_name="token_probabilities", concurrency_id="interact")
-    gr.api(handled(api_attribution), api_name="attribution", concurrency_id="interact")
+    for api, group in [(api_lookahead, "interact"), (api_generate, "generate"), (api_next_token_distribution, "interact"),
+                       (api_token_probabilities, "interact"), (api_attribution, "interact")]:
+        endpoint = handled(api)
+        endpoint.__name__ = api.__name__.removeprefix("api_")  # the MCP tool's name: the endpoint's
+        gr.api(endpoint, api_name=endpoint.__name__, concurrency_id=group)
 
 
 def concurrency() -> int:
@@ -717,9 +835,11 @@ if __name__ == "__main__":
                         help="where the model runs (LOOKAHEAD_BACKEND): in this process, or on a vLLM server")
     parser.add_argument("--server-url", default=os.environ.get("LOOKAHEAD_SERVER_URL"),
                         help="the vLLM server's OpenAI-compatible URL, e.g. http://localhost:8000/v1 (LOOKAHEAD_SERVER_URL)")
+    parser.add_argument("--mcp", action="store_true",
+                        help="also serve the endpoints as MCP tools at /gradio_api/mcp/ (or GRADIO_MCP_SERVER=true)")
     arguments = parser.parse_args()
     try:
         cli.use_backend(arguments.backend, arguments.server_url)
     except ValueError as error:
         parser.error(str(error))
-    launch()
+    launch(mcp_server=arguments.mcp or None)  # None: gradio reads GRADIO_MCP_SERVER

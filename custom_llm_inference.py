@@ -54,6 +54,7 @@ __all__ = [
     "available_models",
     "backend",
     "default_model_name",
+    "end_session",
     "generate",
     "generate_stream",
     "get_lookahead_sequences",
@@ -216,6 +217,11 @@ def backend() -> Backend:
 _backend: Backend = InProcess(_on_gpu)
 if os.environ.get("LOOKAHEAD_BACKEND"):
     use_backend(os.environ["LOOKAHEAD_BACKEND"], os.environ.get("LOOKAHEAD_SERVER_URL"))
+
+
+def end_session(session: str) -> None:
+    """Forget what the backend keeps for `session`: for a caller that makes no further call in it."""
+    _backend.forget(str(session))
 
 
 def _last(results: Iterator[dict]) -> dict:

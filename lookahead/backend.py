@@ -1,6 +1,6 @@
 """Where the model runs, behind one small interface.
 
-  InProcess    (custom_llm_inference.py)    the model in this process; each session's KV cache kept here
+  InProcess    (lookahead/in_process.py)    the model in this process; each session's KV cache kept here
   VLLMBackend  (lookahead/vllm_backend.py)  a vLLM server, through its OpenAI-compatible API
 
 `custom_llm_inference` checks every argument, then hands the checked request to the chosen backend;
@@ -30,4 +30,8 @@ class Backend(Protocol):
 
         `precompute`: a "lookahead" may also compute, in the background, what taking each branch gives.
         """
+        ...
+
+    def forget(self, session: str) -> None:
+        """Drop whatever is kept for `session` (a session that makes no further call, such as an MCP call's)."""
         ...

@@ -28,6 +28,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from lookahead.chat import context_ids, encode
+from lookahead.prefix_cache import forget_session
 
 CONSTRAINT_TYPES = ("choice", "regex", "json_schema", "grammar")
 MAX_CHOICES = 1000
@@ -242,3 +243,10 @@ class MatcherStore:
     def clear(self) -> None:
         with self._lock:
             self._sessions.clear()
+
+    def forget(self, session: str) -> None:
+        with self._lock:
+            forget_session(self._sessions, session)
+
+    def __len__(self) -> int:
+        return len(self._sessions)

@@ -28,7 +28,7 @@ from lookahead.models import (
     model_pass_costs,
     on_zero_gpu,
 )
-from lookahead.prefix_cache import PrefixCacheStore
+from lookahead.prefix_cache import PrefixCacheStore, forget_session
 from lookahead.results import (
     Continuation,
     attribution_entries,
@@ -80,6 +80,15 @@ class InProcess:
             taken = [{**request, "text": request["text"] + branch["text"]} for branch in result["branches"]]
             key = (request["model_name"] or default_model_name(), request["session"])
             speculator.start(key, "lookahead", taken, lambda r, scratch: _lookahead(**r, store=scratch))
+
+    def forget(self, session: str) -> None:
+        """Drop everything kept for `session`: its KV caches, token listings and constraint matchers.
+
+        On ZeroGPU these live in the GPU workers, out of reach here; there they age out as any cache does.
+        """
+        prefix_caches.forget(session)
+        listings.forget(session)
+        matchers.forget(session)
 
     def _serve(self, task: str, request: dict) -> Iterator[dict]:
         """In-process, every call goes through here: it pre-empts precomputation, and may find its answer ready."""
@@ -254,6 +263,10 @@ class Listings:
     def clear(self) -> None:
         with self._lock:
             self._last.clear()
+
+    def forget(self, session: str) -> None:
+        with self._lock:
+            forget_session(self._last, session)
 
     def keep(self, key: tuple[str, str], ids: list[int], dropped: int, k: int, entries: list[dict]) -> None:
         with self._lock:

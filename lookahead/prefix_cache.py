@@ -52,6 +52,12 @@ class Entry(NamedTuple):
     scores: Scores | None  # rows for a prefix of `ids` (all of them, with the frontier, after a scored request)
 
 
+def forget_session(entries: dict[Hashable, object], session: str) -> None:
+    """Remove from `entries`, keyed (model, session) as every per-session store here is, the keys of `session`."""
+    for key in [key for key in entries if key[1] == session]:
+        del entries[key]
+
+
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -161,6 +167,11 @@ class PrefixCacheStore:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+    def forget(self, session: str) -> None:
+        """Drop a session's entries, whatever the model: a one-call session's cache would only crowd out others'."""
+        with self._lock:
+            forget_session(self._entries, session)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -189,6 +189,10 @@ class VLLMBackend:
         else:
             raise ValueError(f"unknown task {task!r}")
 
+    def forget(self, session: str) -> None:
+        """Drop the session's constraint matchers (the server's cache is salted per session: nobody else reuses it)."""
+        self.matchers.forget(session)
+
     # The four tasks
 
     def _lookahead(
