@@ -831,7 +831,7 @@ def launch(**kwargs):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Serve the Interactive Lookahead Text Generator.")
-    parser.add_argument("--backend", choices=cli.BACKENDS, default=os.environ.get("LOOKAHEAD_BACKEND", "in-process"),
+    parser.add_argument("--backend", choices=cli.BACKENDS, default=os.environ.get("LOOKAHEAD_BACKEND") or "in-process",
                         help="where the model runs (LOOKAHEAD_BACKEND): in this process, or on a vLLM server")
     parser.add_argument("--server-url", default=os.environ.get("LOOKAHEAD_SERVER_URL"),
                         help="the vLLM server's OpenAI-compatible URL, e.g. http://localhost:8000/v1 (LOOKAHEAD_SERVER_URL)")

@@ -87,7 +87,7 @@ INTERACTION_GPU_SECONDS = 10  # a lookahead or distribution: well under a second
 # 64 steps asks for 10 + 53 s (x1.5: under an anonymous visitor's ~2 minutes).
 ATTRIBUTION_GPU_SECONDS_PER_TOKEN_PASS = 0.0004
 GENERATE_GPU_SECONDS = 4.0  # a continuation: the prompt's pass and start-up ...
-GENERATE_GPU_SECONDS_PER_TOKEN = 0.015  # ... plus this per new token (MAX_NEW_TOKENS: 19.4 s)
+GENERATE_GPU_SECONDS_PER_TOKEN = 0.015  # ... plus this per new token (MAX_NEW_TOKENS: 20 s)
 
 
 
@@ -174,13 +174,13 @@ def _check_model_name(model_name: object) -> str | None:
     return model_name
 
 
-def gpu_seconds(task: str, request: dict) -> float:
-    """The GPU duration `_on_gpu(task, request)` asks ZeroGPU for."""
+def gpu_seconds(task: str, request: dict) -> int:
+    """The GPU duration `_on_gpu(task, request)` asks ZeroGPU for, in whole seconds (spaces drops a fraction)."""
     if task == "generate":
-        return GENERATE_GPU_SECONDS + GENERATE_GPU_SECONDS_PER_TOKEN * request["max_new_tokens"]
+        return math.ceil(GENERATE_GPU_SECONDS + GENERATE_GPU_SECONDS_PER_TOKEN * request["max_new_tokens"])
     if task == "attribution":  # a forward and a backward over the window, per integrated-gradients step
-        passes = request["steps"] if request["method"] == "integrated_gradients" else 1
-        return INTERACTION_GPU_SECONDS + ATTRIBUTION_GPU_SECONDS_PER_TOKEN_PASS * request["window"] * passes
+        steps = request["steps"] if request["method"] == "integrated_gradients" else 1
+        return math.ceil(INTERACTION_GPU_SECONDS + ATTRIBUTION_GPU_SECONDS_PER_TOKEN_PASS * request["window"] * steps)
     return INTERACTION_GPU_SECONDS
 
 

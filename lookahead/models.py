@@ -35,7 +35,7 @@ EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # ungated base model that shares the embedded model's tokenizer family.
 SPACE_MODEL = "HuggingFaceTB/SmolLM2-1.7B"
 # What a Space offers writers: that base model for prose, and its instruct sibling for chat
-# (2 x 6.8 GB in fp32, both on the GPU at once; README's preload_from_hub fetches them at build).
+# (2 x 6.8 GB in fp32, both on the GPU at once; the README's front matter, preload_from_hub, fetches them at build).
 SPACE_MODELS = (SPACE_MODEL, "HuggingFaceTB/SmolLM2-1.7B-Instruct")
 
 _loaded: dict[str, tuple[PreTrainedModel, PreTrainedTokenizerBase]] = {}
@@ -79,7 +79,7 @@ def dtype() -> torch.dtype:
     7 GB per pass at ~2 TB/s is ~3.5 ms, next to ~20 ms of per-layer launch overhead in an
     eager forward (an estimate: no GPU has measured it for this project yet).
     """
-    name = os.environ.get("LOOKAHEAD_DTYPE", "float32")
+    name = os.environ.get("LOOKAHEAD_DTYPE") or "float32"
     if name not in DTYPES:
         raise ValueError(f"LOOKAHEAD_DTYPE must be one of {sorted(DTYPES)}, got {name!r}")
     return DTYPES[name]

@@ -16,7 +16,7 @@ Exact by construction:
   Per-token scores come from `prompt_logprobs`.
 
 What the server does not return is the rest of the vocabulary, and p_final needs it unless the
-kept tokens all came back (`next_token_logprobs` says which settings are exact). See README.
+kept tokens all came back (`next_token_logprobs` says which settings are exact). See docs/deploy-vllm.md.
 
 One server serves every visitor, and its prefix cache would let one learn what another wrote: a guess
 at someone's text comes back with more cached tokens (and sooner) when it is right. So every request
@@ -65,7 +65,7 @@ PROBE_TEXT = "Probe: the tokenizer's ids for this text, ünïcödé and 12345, m
 SALT_SECRET = os.environ.get("LOOKAHEAD_CACHE_SALT_SECRET", "").encode() or secrets.token_bytes(32)
 APPROXIMATE = (
     "p_final is approximate here: the vLLM server returns its top {n} tokens only, and these settings "
-    "need the rest of the distribution (see README)."
+    "need the rest of the distribution (see docs/deploy-vllm.md)."
 )
 
 
@@ -397,7 +397,7 @@ class VLLMBackend:
             "top_p": top_p,
             "min_p": 0.0,
             "repetition_penalty": repetition_penalty,
-            "presence_penalty": presence_penalty,  # the server counts the branch's own tokens only (README)
+            "presence_penalty": presence_penalty,  # the server counts the branch's own tokens only (docs/deploy-vllm.md)
             "frequency_penalty": frequency_penalty,
             "seed": seed,
             "ignore_eos": True,
