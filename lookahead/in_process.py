@@ -309,6 +309,7 @@ def _generation(
     model, tokenizer = load_model(model_name)
     key = (model_name or default_model_name(), session)
     ids, guide = _context_and_guide(model, tokenizer, text, text, messages, constraint, key)
+    max_new_tokens = min(max_new_tokens, _context_limit(model) - 1)  # keep a token of the text to continue
     dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
     continuation = Continuation(tokenizer, method, key[0], dropped, stop)
     stops = eos_ids(model.generation_config)

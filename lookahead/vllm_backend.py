@@ -272,6 +272,7 @@ class VLLMBackend:
         ids, guide = self.matchers.context_and_guide((model, session), constraint, tokenizer, text, text,
                                                      as_dicts(messages), stops, len(tokenizer),
                                                      torch.device("cpu"))
+        max_new_tokens = min(max_new_tokens, limit - 1)  # keep a token of the text to continue
         dropped = max(0, len(ids) - (limit - max_new_tokens))
         salt = session_salt(model, session)
         if guide is None:

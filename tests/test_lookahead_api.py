@@ -134,6 +134,17 @@ def test_text_longer_than_the_context_keeps_its_end_and_the_window_moves_in_step
     assert moved["truncated_tokens"] > dropped and moved["truncated_tokens"] % step == 0
 
 
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_a_continuation_asked_for_more_tokens_than_the_context_holds_fills_it(tiny_model_dirs, arch):
+    """The text's window keeps one token, and the continuation is greedy's (it used to drop the whole text)."""
+    name = tiny_model_dirs[arch]
+    context = cli.load_model(name)[0].config.get_text_config().max_position_embeddings
+    text = " ".join(f"word{i}" for i in range(40))
+    greedy = cli.generate(text, context + 36, "greedy", model_name=name)
+    assert 0 < len(greedy["token_ids"]) <= context - 1
+    assert cli.generate(text, context + 36, "lookahead", model_name=name)["token_ids"] == greedy["token_ids"]
+
+
 def test_window_start_moves_in_steps():
     assert window_start(100, 200, 256) == 0
     assert [window_start(n, 200, 256) for n in (201, 264, 265, 328, 329)] == [64, 64, 128, 128, 192]
