@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import secrets
 import time
@@ -451,7 +452,19 @@ def caller_session(request: gr.Request | None) -> Iterator[str]:
 def reply(result: dict | list, request: gr.Request | None) -> dict | list | str:
     """A result as its caller reads it: JSON text for an MCP client (gradio's MCP server sends str(value), a
     Python repr); the plain value for everyone else, whom gradio sends JSON anyway."""
-    return json.dumps(result, ensure_ascii=False) if from_mcp(request) else result
+    return json.dumps(strict_json(result), ensure_ascii=False, allow_nan=False) if from_mcp(request) else result
+
+
+def strict_json(value: object) -> object:
+    """`value` with infinities and NaN as None: JSON has no such numbers (a token the vLLM server did not rank
+    has logprob -inf)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    return value
 
 
 # The endpoints below are also the MCP tools: gradio takes each tool's description from the docstring's text

@@ -45,8 +45,13 @@ __all__ = [
     "MAX_BRANCHES",
     "MAX_DEPTH",
     "MAX_NEW_TOKENS",
+    "MAX_SEED",
+    "MAX_STEPS",
+    "MAX_STOPS",
+    "MAX_STOP_CHARS",
     "MAX_TEXT_CHARS",
     "MAX_TOP_K",
+    "MAX_WINDOW",
     "PRESETS",
     "BackendError",
     "attribution",
@@ -77,6 +82,7 @@ MAX_NEW_TOKENS = 1024
 MAX_TEXT_CHARS = 1_000_000  # far past any model's context; keeps tokenizing a pasted book bounded
 MAX_STOPS, MAX_STOP_CHARS = 8, 200
 MAX_STEPS, MAX_WINDOW = 64, 2048  # attribution: integrated-gradients points, tokens explained
+MAX_SEED = 2**63 - 1  # torch.Generator's seeds are 64-bit
 GENERATION_METHODS = ("greedy", "lookahead")
 
 # GPU time asked of ZeroGPU per call (before its duration factor, 1.5 on current hardware).
@@ -418,7 +424,7 @@ def lookahead(
         depth=_check_int("depth", depth, 1, MAX_DEPTH),
         sampling=_sampling(temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty),
         branch_mode=_check_choice("branch_mode", branch_mode, BRANCH_MODES),
-        seed=_check_int("seed", seed, 0, 2**63 - 1),
+        seed=_check_int("seed", seed, 0, MAX_SEED),
         session=str(session),
         model_name=_check_model_name(model_name),
         constraint=_check_constraint(constraint, text, model_name),

@@ -152,3 +152,12 @@ def test_an_mcp_call_gets_json_and_leaves_no_session_behind(embedded):
     as_dict = app.api_lookahead(text, 2, 2, constraint=constraint, request=browser)
     assert json.loads(as_json)["branches"] == as_dict["branches"]
     assert len(cli.prefix_caches) == 1 and len(cli.matchers) == 1
+
+
+def test_mcp_json_is_strict_json():
+    """A token the vLLM server did not rank has logprob -inf; an MCP client gets null, as JSON has no infinity."""
+    import app
+
+    mcp_caller = SimpleNamespace(headers={"x-gradio-user": "mcp"}, session_hash="the-mcp-servers-one-session")
+    text = app.reply({"logprob": float("-inf"), "scores": [float("nan"), 0.5], "token": "é"}, mcp_caller)
+    assert json.loads(text) == {"logprob": None, "scores": [None, 0.5], "token": "é"}
