@@ -1,7 +1,6 @@
 """The endpoints as MCP tools: `python app.py --mcp` served on loopback, used by a real MCP client (the `mcp`
 SDK over streamable HTTP), with the engine called here as the reference."""
 
-import asyncio
 import json
 import os
 import socket
@@ -14,10 +13,9 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from gradio_client import Client
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 
 import custom_llm_inference as cli
+from mcp_client import answer, call, list_tools
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = {"lookahead", "next_token_distribution", "token_probabilities", "attribution", "generate"}
@@ -59,27 +57,8 @@ def server(embedded, tmp_path_factory):
         process.wait(timeout=30)
 
 
-async def in_session(url: str, work):
-    """Run `work(session)` in a new MCP client session (a separate MCP client each time)."""
-    async with streamable_http_client(url + "/gradio_api/mcp/") as (read, write, _):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            return await work(session)
-
-
-def call(url: str, tool: str, arguments: dict):
-    """One tool call from a client of its own; the CallToolResult."""
-    return asyncio.run(in_session(url, lambda session: session.call_tool(tool, arguments)))
-
-
-def answer(url: str, tool: str, arguments: dict):
-    result = call(url, tool, arguments)
-    assert not result.isError, result.content
-    return json.loads(result.content[0].text)
-
-
 def test_every_tool_and_parameter_is_described(server):
-    listed = asyncio.run(in_session(server, lambda session: session.list_tools())).tools
+    listed = list_tools(server)
     assert {tool.name for tool in listed} == TOOLS
     for tool in listed:
         assert len(tool.description) > 40, tool.name

@@ -20,6 +20,7 @@ import pytest
 from gradio_client import Client
 
 import custom_llm_inference as cli
+from mcp_client import answer, call
 
 ROOT = Path(__file__).resolve().parents[1]
 DURATION_FACTOR = 1.5  # ZeroGPU's current hardware, as the emulation reports it
@@ -35,6 +36,7 @@ def space(tmp_path_factory, embedded):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k not in ("LOOKAHEAD_MODEL", "SPACE_ID")}
+    env["GRADIO_MCP_SERVER"] = "true"  # the Space's owner may turn MCP on: its tools run on the GPU workers too
     server = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), str(port), str(log)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
@@ -242,3 +244,16 @@ def test_attribution_answers_as_on_the_cpu(space):
     local = cli.attribution(text, None, "integrated_gradients", 8, session="local zerogpu attribution", at_token=6)
     assert remote["target"]["token_id"] == local["target"]["token_id"] and len(remote["tokens"]) == 6
     assert [t["score"] for t in remote["tokens"]] == pytest.approx([t["score"] for t in local["tokens"]], abs=1e-5)
+
+
+def test_mcp_tools_answer_as_on_the_cpu_and_refuse_without_a_gpu(space):
+    url, log = space
+    text = "The old lighthouse keeper climbed the stairs and"
+    remote = answer(url, "lookahead", {"text": text, "n_branches": 3, "depth": 3})
+    assert branch_ids(remote) == branch_ids(cli.lookahead(text, 3, 3)) and remote["reused_tokens"] == 0
+    assert answer(url, "generate", {"text": "1, 2, 3,", "max_new_tokens": 6})["token_ids"] == cli.generate(
+        "1, 2, 3,", 6)["token_ids"]
+    before = len(scheduled(log))
+    refused = call(url, "lookahead", {"text": "Hi", "depth": 99})
+    assert refused.isError and refused.content[0].text == "depth must be between 1 and 16, got 99"
+    assert len(scheduled(log)) == before, "a refused request schedules no GPU"
