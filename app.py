@@ -26,11 +26,21 @@ from ui.constrain import VALUE_LABELS, constraint_from, describe, in_force, pres
 from ui.errors import handled, refuse
 from ui.heatmap import HEATMAP_JS, HEATMAP_TEMPLATE, MODES, Shown, heatmap_message
 from ui.ordering import SessionOrder
-from ui.scripts import (
-    BRANCH_WHY_JS, CARET_JS, CLICK_TOKEN_JS, CSS, DOWNLOAD_JS, IMPORT_HTML, IMPORT_JS, KEYBOARD_JS, READ_STORED_JS,
-    SAVE_HISTORY_JS, SELECT_NODE_JS, WHY_BRANCH_JS,
-)
 from ui.render import attribution_view, branch_label, distribution_plot, tree_view
+from ui.scripts import (
+    BRANCH_WHY_JS,
+    CARET_JS,
+    CLICK_TOKEN_JS,
+    CSS,
+    DOWNLOAD_JS,
+    IMPORT_HTML,
+    IMPORT_JS,
+    KEYBOARD_JS,
+    READ_STORED_JS,
+    SAVE_HISTORY_JS,
+    SELECT_NODE_JS,
+    WHY_BRANCH_JS,
+)
 
 SOURCE_LABELS = {"ngram": "n-gram draft", "recycled": "recycled prediction", "step": "plain step"}
 SOURCE_COLORS = {"n-gram draft": "#34d399", "recycled prediction": "#fbbf24", "plain step": "#e5e7eb"}
@@ -49,8 +59,9 @@ def node_settings(shown: tuple[str, dict] | None) -> dict:
     if not shown:
         return {}
     result = shown[1]
-    return {**result["sampling"], "branch_mode": result["branch_mode"], "seed": result["seed"], "model": result["model"],
-            "n_branches": len(result["branches"]), "depth": len(result["branches"][0]["token_ids"])}
+    return {**result["sampling"], "branch_mode": result["branch_mode"], "seed": result["seed"],
+            "model": result["model"], "n_branches": len(result["branches"]),
+            "depth": len(result["branches"][0]["token_ids"])}
 
 
 def apply_preset(name: str) -> list:
@@ -210,8 +221,8 @@ def take_branch_and_suggest(
     if replying and shown[1]["branches"][index].get("ends"):
         text, conversation, _, history = send_reply(text, conversation, history)
     settings = (n_branches, depth, temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty,
-                branch_mode, seed, heatmap_on, colour_by, threshold, heatmap_shown, chat_mode, system_prompt, conversation,
-                model_name, constraint, stops)
+                branch_mode, seed, heatmap_on, colour_by, threshold, heatmap_shown, chat_mode, system_prompt,
+                conversation, model_name, constraint, stops)
     return (text, conversation, conversation, *suggest(text, history, *settings, request))
 
 
@@ -394,7 +405,8 @@ def continue_text(
     result = None
     method = "lookahead" if lossless else "greedy"
     results = cli.generate_stream(text, int(n_tokens), method, session=session_key(request), messages=messages,
-                                  model_name=model_name, constraint=in_force(constraint, text), stop=stop_strings(stops))
+                                  model_name=model_name, constraint=in_force(constraint, text),
+                                  stop=stop_strings(stops))
     for result in results:
         yield text + result["text"], gr.update(), f"{len(result['token_ids'])} tokens…", history
     history.add(text + result["text"], "continue", result["token_ids"], {"method": result["method"]})
@@ -637,8 +649,10 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 conversation_view = gr.Chatbot(label="The conversation so far", elem_id="conversation", height=220)
                 with gr.Row(equal_height=True):
                     user_message = gr.Textbox(label="The user's message", elem_id="user-message", scale=4)
-                    send_user_button = gr.Button("Send as the user", elem_id="send-user", size="sm", scale=1, min_width=120)
-                    send_reply_button = gr.Button("Send the reply", elem_id="send-reply", size="sm", scale=1, min_width=120)
+                    send_user_button = gr.Button("Send as the user", elem_id="send-user", size="sm", scale=1,
+                                                 min_width=120)
+                    send_reply_button = gr.Button("Send the reply", elem_id="send-reply", size="sm", scale=1,
+                                                  min_width=120)
             text = gr.Textbox(label="Your text", lines=8, max_lines=30, elem_id="text", value=DEFAULT_TEXT)
             with gr.Row(equal_height=True):
                 branch_buttons = [
@@ -718,7 +732,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
             with gr.Accordion("Constrain", open=False, elem_id="constrain-panel"):
                 constraint_preset = gr.Dropdown(list(CONSTRAINT_PRESETS), value=None, label="Preset",
                                                 elem_id="constraint-preset")
-                constraint_type = gr.Radio(list(CONSTRAINT_TYPES), value="choice", label="Type", elem_id="constraint-type")
+                constraint_type = gr.Radio(list(CONSTRAINT_TYPES), value="choice", label="Type",
+                                           elem_id="constraint-type")
                 constraint_value = gr.Textbox(label=VALUE_LABELS["choice"], lines=3, max_lines=12,
                                               elem_id="constraint-value")
                 with gr.Row():
@@ -739,7 +754,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         return order.wrap(handled(fn))
 
     private = dict(api_visibility="private", concurrency_id="interact")
-    sampling_controls = [temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty, branch_mode]
+    sampling_controls = [temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty,
+                         branch_mode]
     context_inputs = [chat_mode, system_prompt, conversation, model_choice]  # the context: mode, turns, model
     at_node_outputs = [text, conversation, conversation_view, history]
     suggest_io = dict(
@@ -771,7 +787,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         )
     gr.on(
         [heatmap_on.input, heatmap_mode.input, threshold.release], ordered(show_heatmap),
-        [text, heatmap_on, heatmap_mode, threshold, heatmap_shown, *context_inputs], [heatmap, heatmap_shown], **private,
+        [text, heatmap_on, heatmap_mode, threshold, heatmap_shown, *context_inputs],
+        [heatmap, heatmap_shown], **private,
     )
     heatmap_resync.click(ordered(resend_heatmap), [text, heatmap_on, heatmap_mode, threshold, *context_inputs],
                          [heatmap, heatmap_shown], **private)
@@ -819,8 +836,9 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                              **private).then(**suggest_io)
     stops.blur(**suggest_io)
 
-    for api, group in [(api_lookahead, "interact"), (api_generate, "generate"), (api_next_token_distribution, "interact"),
-                       (api_token_probabilities, "interact"), (api_attribution, "interact")]:
+    for api, group in [(api_lookahead, "interact"), (api_generate, "generate"),
+                       (api_next_token_distribution, "interact"), (api_token_probabilities, "interact"),
+                       (api_attribution, "interact")]:
         endpoint = handled(api)
         endpoint.__name__ = api.__name__.removeprefix("api_")  # the MCP tool's name: the endpoint's
         gr.api(endpoint, api_name=endpoint.__name__, concurrency_id=group)
@@ -847,7 +865,8 @@ if __name__ == "__main__":
     parser.add_argument("--backend", choices=cli.BACKENDS, default=os.environ.get("LOOKAHEAD_BACKEND") or "in-process",
                         help="where the model runs (LOOKAHEAD_BACKEND): in this process, or on a vLLM server")
     parser.add_argument("--server-url", default=os.environ.get("LOOKAHEAD_SERVER_URL"),
-                        help="the vLLM server's OpenAI-compatible URL, e.g. http://localhost:8000/v1 (LOOKAHEAD_SERVER_URL)")
+                        help="the vLLM server's OpenAI-compatible URL, e.g. http://localhost:8000/v1 "
+                             "(LOOKAHEAD_SERVER_URL)")
     parser.add_argument("--mcp", action="store_true",
                         help="also serve the endpoints as MCP tools at /gradio_api/mcp/ (or GRADIO_MCP_SERVER=true)")
     arguments = parser.parse_args()

@@ -22,11 +22,11 @@ the dicts both return. The in-process engine's tensor-level pieces live in the `
 
 from __future__ import annotations
 
-import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisation
-
 import math
 import os
 from collections.abc import Iterable, Iterator
+
+import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisation
 
 from lookahead.attribution import METHODS as ATTRIBUTION_METHODS
 from lookahead.backend import Backend, BackendError
@@ -104,7 +104,8 @@ if on_zero_gpu():
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or int(value) != value:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or int(value) != value):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     if not low <= value <= high:
         raise ValueError(f"{name} must be between {low} and {high}, got {value}")
@@ -210,7 +211,8 @@ def use_backend(name: str = "in-process", server_url: str | None = None) -> Back
     if name not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {name!r}")
     if name == "vllm" and not server_url:
-        raise ValueError("the vllm backend needs the server's URL, e.g. http://localhost:8000/v1 (LOOKAHEAD_SERVER_URL)")
+        raise ValueError("the vllm backend needs the server's URL, e.g. http://localhost:8000/v1 "
+                         "(LOOKAHEAD_SERVER_URL)")
     _backend = VLLMBackend(server_url) if name == "vllm" else InProcess(_on_gpu)
     return _backend
 
@@ -269,8 +271,9 @@ def next_token_distribution(
     `frequency_penalty` are OpenAI's (logit -= presence·[count > 0] + frequency·count, counted
     over the whole context). `constraint`: {"type": "choice" | "regex" | "json_schema" | "grammar",
     "value", "start"}: the part of `text` from character `start` on (None: nothing written yet)
-    must follow it, and so must what comes next (lookahead/constraints.py). Text ending in whitespace is token-healed (lookahead/healing.py):
-    the whitespace is backed up and only tokens starting with it are allowed, renormalised.
+    must follow it, and so must what comes next (lookahead/constraints.py). Text ending in
+    whitespace is token-healed (lookahead/healing.py): the whitespace is backed up and only
+    tokens starting with it are allowed, renormalised.
     With `messages` (earlier turns of a conversation) `text` is the assistant's reply being
     written, in the model's chat template (lookahead/chat.py); the same holds for every function here.
     """
@@ -289,7 +292,8 @@ def next_token_distribution(
 
 
 def token_probabilities(
-    text: str, k: int = 5, *, session: str = "default", model_name: str | None = None, messages: list[dict] | None = None
+    text: str, k: int = 5, *, session: str = "default", model_name: str | None = None,
+    messages: list[dict] | None = None,
 ) -> dict:
     """Each token of `text` as the model saw it: how likely it was given everything before it.
 

@@ -2,9 +2,10 @@
 
 Every appended branch, forced token, appended text, continuation and typing pause is a
 node holding the whole text at that point. In chat mode the text is the reply being written,
-and a "turn" node records the conversation when a turn is sent (its settings' "messages"). Undo moves to the parent, redo to the child
-last visited; choosing something else after an undo adds a sibling. The tree is plain
-data, kept in the visitor's session, and exports to JSON and back losslessly.
+and a "turn" node records the conversation when a turn is sent (its settings' "messages").
+Undo moves to the parent, redo to the child last visited; choosing something else after an
+undo adds a sibling. The tree is plain data, kept in the visitor's session, and exports to
+JSON and back losslessly.
 
 The JSON (version 2) stores each node as an edit of its parent's text: how many of the
 parent's characters it keeps, and what it adds. A click then costs the browser's storage
@@ -242,13 +243,16 @@ def _node(i: int, raw: object) -> Node:
     checks = [
         (node.id == i, "its id must equal its position"),
         ((node.parent is None) == (i == 0), "only the first node has no parent"),
-        (node.parent is None or (isinstance(node.parent, int) and 0 <= node.parent < i), "its parent must come before it"),
+        (node.parent is None or (isinstance(node.parent, int) and 0 <= node.parent < i),
+         "its parent must come before it"),
         (isinstance(node.text, str), "text must be a string"),
         (node.kind in KINDS, f"kind must be one of {KINDS}"),
-        (isinstance(node.token_ids, list) and all(isinstance(t, int) for t in node.token_ids), "token_ids must be integers"),
+        (isinstance(node.token_ids, list) and all(isinstance(t, int) for t in node.token_ids),
+         "token_ids must be integers"),
         (isinstance(node.settings, dict), "settings must be an object"),
         (isinstance(node.time, (int, float)), "time must be a number"),
-        (node.last_child is None or (isinstance(node.last_child, int) and node.last_child > i), "last_child must be a later node"),
+        (node.last_child is None or (isinstance(node.last_child, int) and node.last_child > i),
+         "last_child must be a later node"),
     ]
     for ok, message in checks:
         if not ok:

@@ -15,8 +15,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import custom_llm_inference as cli  # noqa: E402
 from bench_constraints import seconds  # noqa: E402
+
+import custom_llm_inference as cli  # noqa: E402
 from lookahead.attribution import METHODS, attribute  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
 

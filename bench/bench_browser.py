@@ -81,7 +81,8 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float, hea
             page.locator("#heatmap-on input").check()
         page.locator("#text textarea").fill((PASSAGE * (tokens // TOKENS_PER_PASSAGE)).rstrip())
         page.wait_for_function(  # the long text's first suggestions (a cold prefill: minutes at 8k tokens)
-            f"(m => m && Number(m[1]) > {tokens // 2})(document.querySelector('#status').innerText.match(/(\\d+) context/))",
+            f"(m => m && Number(m[1]) > {tokens // 2})"
+            "(document.querySelector('#status').innerText.match(/(\\d+) context/))",
             timeout=600_000,
         )
         time.sleep(3)  # the first suggestions for the long text, then reading
@@ -142,7 +143,8 @@ def main() -> None:
                     r = session(url, tokens, args.clicks, args.branch, args.reading, heatmap)
                     p50[heatmap] = r["p50"]
                     print(f"| ~{tokens} | {'on' if precompute else 'off'} | {'shown' if heatmap else 'off'} "
-                          f"| {r['context']} | **{r['p50']:.0f}** | {r['p95']:.0f} | {r['model']:.0f} | {r['page']:.0f} "
+                          f"| {r['context']} | **{r['p50']:.0f}** | {r['p95']:.0f} | {r['model']:.0f} "
+                          f"| {r['page']:.0f} "
                           f"| {r['page_first']:.0f} / {r['page_last']:.0f} | {r['storage']:.0f} "
                           f"| {r['received'] / 1000:.1f} |", flush=True)
             finally:

@@ -71,7 +71,8 @@ def mask_microseconds(constraint: dict, n: int = 200) -> tuple[float, float]:
     """One mask and one advance of a guide just after the constraint's start (its busiest state: many tokens valid)."""
     model, tokenizer = cli.load_model()
     checked = cli._check_constraint({**constraint, "start": None}, "Log:", None)
-    _, guide = in_process._context_and_guide(model, tokenizer, "Log:", "Log:", None, checked, (cli.default_model_name(), "bench mask"))
+    _, guide = in_process._context_and_guide(model, tokenizer, "Log:", "Log:", None, checked,
+                                             (cli.default_model_name(), "bench mask"))
     start = time.perf_counter()
     for _ in range(n):
         valid = guide.valid()
@@ -90,7 +91,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     model, tokenizer = cli.load_model()
-    print(f"model {cli.default_model_name()} on {model.device} ({cpu_model()}), torch threads {torch.get_num_threads()}, "
+    print(f"model {cli.default_model_name()} on {model.device} ({cpu_model()}), "
+          f"torch threads {torch.get_num_threads()}, "
           f"context {len(tokenizer(STORY)['input_ids'])} tokens, median of {args.repeats}\n")
     print("| constraint | mask µs | fork+advance µs | click ms | click × none | greedy ms/token | × none | "
           "lookahead ms/token | × none | tokens |")

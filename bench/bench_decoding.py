@@ -27,8 +27,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import custom_llm_inference as cli  # noqa: E402
 from bench_passes import memory_bandwidth_gb_s, weight_bytes  # noqa: E402
+
+import custom_llm_inference as cli  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
 from lookahead.models import model_pass_costs  # noqa: E402
 
@@ -56,7 +57,8 @@ def main() -> None:
     n = args.new_tokens
     bandwidth, weights = memory_bandwidth_gb_s(), weight_bytes(model)
     print(f"model {cli.default_model_name()} on {model.device} ({cpu_model()}), torch threads "
-          f"{torch.get_num_threads()}, {n} new tokens, median of {args.repeats}; memory bandwidth {bandwidth:.1f} GB/s, "
+          f"{torch.get_num_threads()}, {n} new tokens, median of {args.repeats}; "
+          f"memory bandwidth {bandwidth:.1f} GB/s, "
           f"weights {weights / 1e6:.0f} MB\n")
     print(model_pass_costs().table() + "\n")
     print("| prompt | hf-greedy tok/s | hf-prompt-lookup | greedy (ours) | **lookahead** | tokens/pass | passes | "

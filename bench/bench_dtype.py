@@ -20,6 +20,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_decoding import PROMPTS  # noqa: E402
+
 from lookahead.cpu_linear import pass_costs, use_linear_path  # noqa: E402
 from lookahead.decoding import greedy_passes, lookahead_passes  # noqa: E402
 from lookahead.models import embedded_model_dir  # noqa: E402

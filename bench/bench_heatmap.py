@@ -91,7 +91,8 @@ def main() -> None:
         return peak_memory(args.peak, args.cold_tokens)
     print(f"{os.cpu_count()} CPU cores\n")
     r = clicks(args.tokens, args.clicks)
-    print("| text (context tokens) | clicks | branches only, p50 | branches + heatmap, p50 | ratio | heatmap calls that ran the model |")
+    print("| text (context tokens) | clicks | branches only, p50 | branches + heatmap, p50 | ratio "
+          "| heatmap calls that ran the model |")
     print("|---:|---:|---:|---:|---:|---:|")
     print(f"| {r['context']} | {args.clicks} | {r['branches']:.0f} ms | {r['both']:.0f} ms "
           f"| **{r['both'] / r['branches']:.2f}×** | {r['ran']} |\n")

@@ -35,8 +35,10 @@ from serving import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from lookahead.models import EMBEDDED_MODEL, embedded_model_dir  # noqa: E402
 from vllm_server import VLLMServer  # noqa: E402
+
+from lookahead.models import EMBEDDED_MODEL, embedded_model_dir  # noqa: E402
+
 CALLS = 3
 # Seconds a visitor's HTTP requests may take. gradio_client's default, 5 s, would turn a visitor away
 # whenever the server is slow to take an event into its queue, which no browser does.
@@ -161,8 +163,10 @@ def run_mode(mode: str, visitors: int, vllm_python: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--visitors", type=int, default=50)
-    parser.add_argument("--modes", nargs="+", default=["plain", "zerogpu", "vllm"], choices=["plain", "zerogpu", "vllm"])
-    parser.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python")))
+    modes = ["plain", "zerogpu", "vllm"]
+    parser.add_argument("--modes", nargs="+", default=modes, choices=modes)
+    parser.add_argument("--vllm-python",
+                        default=os.environ.get("VLLM_PYTHON", str(ROOT / ".venv-vllm" / "bin" / "python")))
     args = parser.parse_args()
     print(f"{args.visitors} visitors x {CALLS} calls (/lookahead, k={N_BRANCHES}, depth={DEPTH}), all at once; "
           f"{os.cpu_count()} CPU cores")

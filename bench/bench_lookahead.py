@@ -74,7 +74,10 @@ def timed(fn) -> float:
 
 
 def corpus() -> str:
-    import argparse as a, collections as c, inspect as i, typing as t
+    import argparse as a
+    import collections as c
+    import inspect as i
+    import typing as t
 
     return "\n\n".join(inspect.getsource(m) for m in (a, c, i, t))
 

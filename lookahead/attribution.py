@@ -23,7 +23,9 @@ IG_BATCH = 4  # integrated-gradients points per forward/backward (memory grows w
 _eager = threading.Lock()  # one attention-weights forward at a time switches the model's attention path
 
 
-def attribute(model: PreTrainedModel, ids: list[int], target: int, method: str, steps: int) -> tuple[torch.Tensor, float]:
+def attribute(
+    model: PreTrainedModel, ids: list[int], target: int, method: str, steps: int
+) -> tuple[torch.Tensor, float]:
     """(scores (n,) summing to 1, p(target)) for the context `ids` and the next token `target`."""
     work = attribute_stepwise(model, ids, target, method, steps)
     while True:

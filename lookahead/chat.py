@@ -31,7 +31,8 @@ def check_messages(messages: object, check_content: Callable[[str, str], str]) -
             raise ValueError(f"messages[{i}] must be a dict with exactly the keys 'role' and 'content'")
         if message["role"] not in ROLES:
             raise ValueError(f"messages[{i}]['role'] must be one of {list(ROLES)}, got {message['role']!r}")
-        checked.append({"role": message["role"], "content": check_content(f"messages[{i}]['content']", message["content"])})
+        checked.append({"role": message["role"],
+                        "content": check_content(f"messages[{i}]['content']", message["content"])})
     return checked
 
 

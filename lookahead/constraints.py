@@ -49,7 +49,8 @@ class Constraint:
     def body(self) -> str:
         """The llguidance grammar of the constrained part alone."""
         if self.type == "choice":
-            return llguidance.LLMatcher.grammar_from_lark("start: " + " | ".join(json.dumps(c) for c in json.loads(self.value)))
+            return llguidance.LLMatcher.grammar_from_lark(
+                "start: " + " | ".join(json.dumps(c) for c in json.loads(self.value)))
         if self.type == "regex":
             return llguidance.LLMatcher.grammar_from_regex(self.value)
         if self.type == "json_schema":
@@ -89,7 +90,8 @@ def check_constraint(spec: object, text: str) -> Constraint | None:
     elif not isinstance(value, str) or not value:
         raise ValueError(f"a {kind} constraint's value must be a non-empty string, got {value!r}")
     if len(value) > MAX_VALUE_CHARS:
-        raise ValueError(f"the constraint's value is too long: {len(value):,} characters, the limit is {MAX_VALUE_CHARS:,}")
+        raise ValueError(f"the constraint's value is too long: {len(value):,} characters, "
+                         f"the limit is {MAX_VALUE_CHARS:,}")
     if start is not None and (isinstance(start, bool) or not isinstance(start, int) or not 0 <= start <= len(text)):
         raise ValueError(f"constraint start must be None or a character offset from 0 to {len(text)} (the text's "
                          f"length), got {start!r}")
@@ -163,7 +165,9 @@ def free_and_constrained(offsets: Sequence[tuple[int, int]], start: int, text_en
     return len(offsets), min(start, text_end)
 
 
-def written_part_error(constraint: Constraint, text: str, tokenizer: PreTrainedTokenizerBase, eos: tuple[int, ...]) -> str:
+def written_part_error(
+    constraint: Constraint, text: str, tokenizer: PreTrainedTokenizerBase, eos: tuple[int, ...]
+) -> str:
     """Why the constrained part written so far cannot begin a match ("" if it can)."""
     start = len(text) if constraint.start is None else constraint.start
     part = text[start:]

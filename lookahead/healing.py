@@ -40,7 +40,9 @@ def split_for_healing(text: str, tokenizer: PreTrainedTokenizerBase) -> tuple[st
     return text[:-1], text[-1]
 
 
-def allowed_first_tokens(tokenizer: PreTrainedTokenizerBase, ws: str, vocab_size: int, device: torch.device) -> torch.Tensor:
+def allowed_first_tokens(
+    tokenizer: PreTrainedTokenizerBase, ws: str, vocab_size: int, device: torch.device
+) -> torch.Tensor:
     """Bool mask (vocab_size,) of the tokens whose text starts with `ws`."""
     mask = torch.zeros(vocab_size, dtype=torch.bool, device=device)
     mask[[i for i in _ids_starting_with(tokenizer, ws) if i < vocab_size]] = True

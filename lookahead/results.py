@@ -102,8 +102,8 @@ def first_stop(text: str, stop: Iterable[str], searched_from: int = 0) -> tuple[
 
 
 def branch_entries(
-    sequences: list[list[int]], stops: Collection[int], firsts: list[dict], healed: str, tokenizer: PreTrainedTokenizerBase,
-    stop: tuple[str, ...] = (),
+    sequences: list[list[int]], stops: Collection[int], firsts: list[dict], healed: str,
+    tokenizer: PreTrainedTokenizerBase, stop: tuple[str, ...] = (),
 ) -> list[dict]:
     """Each branch's dict: its tokens through the first stop, the text to append, and its first token's p.
 
@@ -129,7 +129,8 @@ def token_entries(
     rows: Scores, k: int, tokenizer: PreTrainedTokenizerBase, offsets: list[tuple[int, int]], special: list[int],
     text_start: int, text_length: int, earlier: tuple[list[dict], int] = ([], 0),
 ) -> list[dict]:
-    """The entries of the tokens that are the text's (offsets into the tokenized string, whose text begins at `text_start`).
+    """The entries of the tokens that are the text's (offsets into the tokenized string, whose text
+    begins at `text_start`).
 
     `earlier`: a previous listing of this context with k alternatives, and how many leading positions the two
     contexts share (the same tokens, so the same rows): its entries there are copied where their spans are
@@ -169,7 +170,8 @@ def text_tokens(
 ) -> tuple[list[bool], list[tuple[int, int]]]:
     """Which tokens of the tokenized string are the text's (not special, ending inside it), and their spans in it."""
     listed = [not s and end > text_start for (_, end), s in zip(offsets, special)]
-    return listed, token_spans([(a - text_start, b - text_start) for (a, b), ok in zip(offsets, listed) if ok], text_length)
+    return listed, token_spans([(a - text_start, b - text_start) for (a, b), ok in zip(offsets, listed) if ok],
+                               text_length)
 
 
 def text_token_places(encoding: dict, text_start: int, text_length: int) -> list[tuple[int, int]]:

@@ -102,7 +102,9 @@ class Sampling:
         """All of them, in order; empty when all are off."""
         return LogitsProcessorList([*self.shaping(), *self.filters()])
 
-    def final_scores(self, context: torch.Tensor, logits: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+    def final_scores(
+        self, context: torch.Tensor, logits: torch.Tensor, valid: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Processed scores (B, vocab) for rows of `logits` following the token rows of `context` (B, T).
 
         `valid` (bool, B x vocab): what a constraint allows; the rest is cut before the filters.

@@ -89,7 +89,8 @@ def extend_and_score(
     ids, past = input_ids[0], cache.get_seq_length()
     hidden = model.base_model(input_ids[:, past:], past_key_values=cache, use_cache=True).last_hidden_state[0]
     head = model.get_output_embeddings()
-    rows = known.head(past + 1) if len(known) > past else known.then(score_logits(known.frontier[None], ids[past:past + 1]))
+    rows = (known.head(past + 1) if len(known) > past
+            else known.then(score_logits(known.frontier[None], ids[past:past + 1])))
     for start in range(0, len(hidden) - 1, SCORE_CHUNK):  # position p's logits score token p + 1
         chunk = hidden[start : min(start + SCORE_CHUNK, len(hidden) - 1)]
         rows = rows.then(score_logits(head(chunk), ids[past + start + 1 : past + start + 1 + len(chunk)]))

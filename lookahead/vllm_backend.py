@@ -47,7 +47,13 @@ from lookahead.constraints import Constraint, Guide, MatcherStore
 from lookahead.healing import allowed_first_tokens, split_for_healing
 from lookahead.models import default_model_name, load_tokenizer
 from lookahead.results import (
-    Continuation, branch_entries, context_info, distribution_entries, stop_tokens, token_entries, window_start,
+    Continuation,
+    branch_entries,
+    context_info,
+    distribution_entries,
+    stop_tokens,
+    token_entries,
+    window_start,
 )
 from lookahead.sampling import PLAIN, Sampling
 from lookahead.scoring import Scores, unscored
@@ -108,9 +114,10 @@ def next_token_logprobs(
     the mass beyond the top N as one more token ("the rest"). That is exact when the plain settings
     need no processors, or with no repetition penalty and no healing when either top_k keeps at most
     N tokens or, at temperature 1 and no presence or frequency penalty, top_p cuts the rest. Under a
-    constraint (`valid`), p_final is renormalised over the valid tokens that came back: approximate. Otherwise: the repetition penalty is applied to
-    log-probabilities, not logits (it needs the logit's sign), a temperature scales the rest as one
-    token, and top_p and the normalisation see the rest as one token.
+    constraint (`valid`), p_final is renormalised over the valid tokens that came back: approximate.
+    Otherwise: the repetition penalty is applied to log-probabilities, not logits (it needs the
+    logit's sign), a temperature scales the rest as one token, and top_p and the normalisation see
+    the rest as one token.
     """
     logprobs = torch.full((vocab_size,), float("-inf"))
     known = {i: lp for i, lp in top.items() if i < vocab_size}
@@ -129,7 +136,8 @@ def next_token_logprobs(
         valid = (valid if within_top_k else torch.cat([valid, torch.tensor([False])]))[None]  # the rest: unknown
     final = torch.log_softmax(sampling.final_scores(torch.tensor([context]), scores[None], valid)[0], -1)
     rest_cut = within_top_k or not torch.isfinite(final[vocab_size]) or rest_mass == 0.0
-    penalised = sampling.presence_penalty != 0.0 or sampling.frequency_penalty != 0.0  # the rest holds counted tokens too
+    # the rest holds counted tokens too
+    penalised = sampling.presence_penalty != 0.0 or sampling.frequency_penalty != 0.0
     exact = exact and sampling.repetition_penalty == 1.0 and (
         within_top_k or (sampling.temperature == 1.0 and rest_cut and not penalised))
     return logprobs, final[:vocab_size], exact
@@ -155,7 +163,8 @@ def score_rows(ids: list[int], prompt_logprobs: list[dict | None], width: int) -
         rest = max(0.0, 1.0 - float(p.sum()))
         entropy.append(float(-(p * p.log()).sum() - (rest * math.log(rest) if rest > 0 else 0.0)) / math.log(2))
     later = Scores(torch.tensor(ids[1:], dtype=torch.long), torch.tensor(logprob, dtype=torch.float),
-                   torch.tensor(rank, dtype=torch.long), torch.tensor(entropy, dtype=torch.float), top_ids, top_logprobs)
+                   torch.tensor(rank, dtype=torch.long), torch.tensor(entropy, dtype=torch.float), top_ids,
+                   top_logprobs)
     return rows.then(later)
 
 
@@ -373,17 +382,17 @@ class VLLMBackend:
             drawn = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
         else:  # greedy by p_final is the best token after the penalties: the other settings keep it
             drawn = {}
-        body = self._fields(context.model, prompts, depth - 1, context.salt, repetition_penalty=sampling.repetition_penalty,
-                            presence_penalty=sampling.presence_penalty, frequency_penalty=sampling.frequency_penalty,
-                            seed=seed, **drawn)
+        body = self._fields(context.model, prompts, depth - 1, context.salt,
+                            repetition_penalty=sampling.repetition_penalty, presence_penalty=sampling.presence_penalty,
+                            frequency_penalty=sampling.frequency_penalty, seed=seed, **drawn)
         choices = sorted(self._complete(body)["choices"], key=lambda c: c["index"])
         return [[first, *choice["token_ids"]] for first, choice in zip(firsts, choices)]
 
     @staticmethod
     def _fields(
         model: str, prompt: list, max_tokens: int, salt: str, temperature: float = 0.0, top_k: int = 0,
-        top_p: float = 1.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-        seed: int = 0,
+        top_p: float = 1.0, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0, seed: int = 0,
     ) -> dict:
         """Every field of a completion request, explicit (the server's defaults would replace omitted ones); greedy
         unless given a temperature. `salt`: the session's (`session_salt`), so its cache is its own."""
@@ -398,7 +407,8 @@ class VLLMBackend:
             "top_p": top_p,
             "min_p": 0.0,
             "repetition_penalty": repetition_penalty,
-            "presence_penalty": presence_penalty,  # the server counts the branch's own tokens only (docs/deploy-vllm.md)
+            # the server counts the branch's own tokens only (docs/deploy-vllm.md)
+            "presence_penalty": presence_penalty,
             "frequency_penalty": frequency_penalty,
             "seed": seed,
             "ignore_eos": True,
@@ -411,7 +421,8 @@ class VLLMBackend:
     # The server
 
     def _model(self, name: str) -> Served:
-        """The server's description of `name`, checked once per connection: it must serve that model, tokenized as here."""
+        """The server's description of `name`, checked once per connection: it must serve that model,
+        tokenized as here."""
         known = self._served.get(name)  # one read: another thread may clear the dict at any time
         if known is None:
             models = self._get("/models")["data"]
@@ -492,7 +503,8 @@ class VLLMBackend:
         """The server's error as an exception that says what to do."""
         try:
             error = response.json()
-            message = str(error.get("error", {}).get("message") if isinstance(error.get("error"), dict) else error.get("message"))
+            message = str(error.get("error", {}).get("message") if isinstance(error.get("error"), dict)
+                          else error.get("message"))
         except ValueError:
             message = response.text[:300]
         if "max allowed:" in message and "logprobs" in message:

@@ -1,4 +1,4 @@
-"""Retake the README's screenshot: start the app, set up a page that shows its features in headless Chromium, save a PNG.
+"""Retake the README's screenshot: start the app, set up a page showing its features in headless Chromium, save a PNG.
 
     python scripts/screenshot.py
 

@@ -27,4 +27,5 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1
+ruff check .  # style first: a long line or an unsorted import fails here, in a second
 python -m pytest -q "$@"

@@ -39,7 +39,8 @@ def test_constraints_penalties_and_stops_reach_the_engine(client):
     assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
     assert {b["text"] for b in remote["branches"]} <= {"yes", "no", "maybe"}
     dist = client.predict(text, 20, constraint=constraint, api_name="/next_token_distribution")
-    assert [d["valid"] for d in dist] == [d["valid"] for d in cli.next_token_distribution(text, 20, constraint=constraint)]
+    assert [d["valid"] for d in dist] == [
+        d["valid"] for d in cli.next_token_distribution(text, 20, constraint=constraint)]
     out = client.predict("Once upon a time", 30, "greedy", stop=[","], api_name="/generate")
     assert out["stop"] == "," and "," not in out["text"]
     with pytest.raises(Exception, match="stops matching at character"):
@@ -132,7 +133,8 @@ def test_generate_endpoint_equals_the_engine_and_rejects_bad_methods(client):
 
 def test_token_probabilities_endpoint_equals_the_engine_and_refuses_bad_k(client):
     endpoints = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    assert [p["parameter_name"] for p in endpoints["/token_probabilities"]["parameters"]] == ["text", "k", "messages", "model_name"]
+    assert [p["parameter_name"] for p in endpoints["/token_probabilities"]["parameters"]] == [
+        "text", "k", "messages", "model_name"]
     text = "The capital of France is Paris."
     remote = client.predict(text, 3, api_name="/token_probabilities")
     local = cli.token_probabilities(text, 3, session="local heatmap")

@@ -1,19 +1,26 @@
 """The UI's own logic, without a browser."""
 
 import re
+from types import SimpleNamespace
 
 import gradio as gr
 import pytest
 
-from types import SimpleNamespace
-
 from app import (
-    apply_preset, force_token, import_history, matching_preset, move, restore, send_reply, send_user_message,
-    switch_mode, take_branch,
+    apply_preset,
+    force_token,
+    import_history,
+    matching_preset,
+    move,
+    restore,
+    send_reply,
+    send_user_message,
+    switch_mode,
+    take_branch,
 )
+from history import History
 from ui.chat import awaiting_user, messages_for, with_user_message
 from ui.errors import handled
-from history import History
 from ui.render import branch_label, distribution_plot, tree_view, visible
 
 
@@ -48,8 +55,10 @@ def test_plot_escapes_html_in_tokens():
 
 def shown(text: str, **extra) -> tuple[str, dict]:
     result = {
-        "branches": [{"text": " sat", "token_ids": [1, 2], "prob": 0.5}, {"text": " ran", "token_ids": [3], "prob": 0.2}],
-        "distribution": [{"token_id": 7, "token": " dog", "prob": 0.1}, {"token_id": 8, "token": "\ufffd", "prob": 0.1}],
+        "branches": [{"text": " sat", "token_ids": [1, 2], "prob": 0.5},
+                     {"text": " ran", "token_ids": [3], "prob": 0.2}],
+        "distribution": [{"token_id": 7, "token": " dog", "prob": 0.1},
+                         {"token_id": 8, "token": "\ufffd", "prob": 0.1}],
         "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0},
         "branch_mode": "greedy", "seed": 0, "healed_whitespace": "", "model": "m",
     }
@@ -71,7 +80,8 @@ def test_forcing_appends_the_clicked_token_and_refuses_broken_characters():
     text, h = force_token("The cat", shown("The cat"), h, SimpleNamespace(token_id=7))
     assert text == "The cat dog" and h.nodes[-1].kind == "token" and h.nodes[-1].token_ids == [7]
     healed = shown("The cat ", healed_whitespace=" ")
-    assert force_token("The cat ", healed, History.start("The cat ", "m"), SimpleNamespace(token_id=7))[0] == "The cat dog"
+    assert force_token("The cat ", healed, History.start("The cat ", "m"),
+                       SimpleNamespace(token_id=7))[0] == "The cat dog"
     for token_id in (8, 99):
         with pytest.raises(gr.Error):
             force_token("The cat dog", shown("The cat dog"), h, SimpleNamespace(token_id=token_id))

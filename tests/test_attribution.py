@@ -45,11 +45,13 @@ def test_scores_equal_an_independent_computation(model_name, method):
     target = int(logits.argmax())
     assert result["target"]["token_id"] == target
     assert result["target"]["prob"] == pytest.approx(float(torch.softmax(logits, -1)[target]), abs=1e-5)
-    expected = reference_attention(model_name, ids) if method == "attention" else reference_scores(model, ids, target, method, 4)
+    expected = (reference_attention(model_name, ids) if method == "attention"
+                else reference_scores(model, ids, target, method, 4))
     scores = torch.tensor([t["score"] for t in result["tokens"]])
     assert torch.allclose(scores, expected, atol=TOLERANCE), (scores, expected)
     assert sum(t["score"] for t in result["tokens"]) == pytest.approx(1.0, abs=1e-5)
-    assert model.config._attn_implementation != "eager" or method != "attention", "the model's attention path is restored"
+    assert model.config._attn_implementation != "eager" or method != "attention", (
+        "the model's attention path is restored")
 
 
 def test_tokens_and_spans_are_token_probabilities_and_a_window_leaves_the_start_unscored(embedded):
@@ -125,5 +127,6 @@ def test_the_vllm_backend_says_attribution_runs_in_process(embedded):
 def test_the_gpu_time_asked_grows_with_the_window_and_the_steps():
     small = cli.gpu_seconds("attribution", {"method": "integrated_gradients", "steps": 4, "window": 128})
     large = cli.gpu_seconds("attribution", {"method": "integrated_gradients", "steps": 64, "window": 2048})
-    assert small < cli.gpu_seconds("attribution", {"method": "integrated_gradients", "steps": 16, "window": 512}) < large
+    assert small < cli.gpu_seconds("attribution",
+                                   {"method": "integrated_gradients", "steps": 16, "window": 512}) < large
     assert 1.5 * large < 120, "the largest fits an anonymous visitor's quota"

@@ -338,7 +338,8 @@ def test_the_constrain_panel_makes_branches_the_plot_and_continue_obey(page):
     page.locator("#constraint-preset input").click()
     page.get_by_role("option", name="yes / no / maybe").click()
     expect(page.locator("#constraint-value textarea")).to_have_value("yes\nno\nmaybe")
-    page.locator("#text textarea").evaluate("el => { el.focus(); el.setSelectionRange(el.value.length, el.value.length); }")
+    page.locator("#text textarea").evaluate(
+        "el => { el.focus(); el.setSelectionRange(el.value.length, el.value.length); }")
     page.locator("#constrain").click()
     constraint = {"type": "choice", "value": ["yes", "no", "maybe"], "start": len(text)}
     expected = cli.lookahead(text, 5, 3, session="browser-expectation", constraint=constraint)
@@ -437,7 +438,8 @@ def test_a_click_updates_the_heatmap_by_its_new_tokens_alone(page):
                           "[Number(t.dataset.i), t.className, t.textContent, t.dataset.probe ?? null])")
     drawn = [i for i in range(first, len(tokens)) if tokens[i]["end"] > tokens[i]["start"]]
     assert [(i, c, t) for i, c, t, _ in spans] == [
-        (i, f"tk b{bucket(tokens[i], 'probability') if tokens[i]['prob'] is not None else 'u'}", shown_text(taken[tokens[i]["start"] : tokens[i]["end"]]))
+        (i, f"tk b{bucket(tokens[i], 'probability') if tokens[i]['prob'] is not None else 'u'}",
+         shown_text(taken[tokens[i]["start"] : tokens[i]["end"]]))
         for i in drawn]
     kept = [probe for *_, probe in spans if probe is not None]
     assert len(kept) >= len(spans) - len(shown["branches"][0]["token_ids"]) - 1, "the old spans stayed"

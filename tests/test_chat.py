@@ -8,12 +8,12 @@ import shutil
 
 import pytest
 import torch
-from transformers import AutoTokenizer
-
-import custom_llm_inference as cli
 from reference import reference_lookahead
 from test_lookahead_api import assert_matches_reference
 from test_token_probabilities import reference_scores
+from transformers import AutoTokenizer
+
+import custom_llm_inference as cli
 
 # Llama 3 trims each message's content: a reply's trailing space would vanish (token healing keeps it).
 LLAMA3_TEMPLATE = (
@@ -147,7 +147,8 @@ def test_a_model_without_a_chat_template_gets_a_clear_error(tiny_model_dirs, tmp
 
 @pytest.mark.parametrize(
     "messages, message",
-    [("hello", "messages must be a list"), ([{"role": "robot", "content": "x"}], r"messages\[0\]\['role'\] must be one of"),
+    [("hello", "messages must be a list"),
+     ([{"role": "robot", "content": "x"}], r"messages\[0\]\['role'\] must be one of"),
      ([{"role": "user"}], r"messages\[0\] must be a dict with exactly"),
      ([{"role": "user", "content": 3}], r"messages\[0\]\['content'\] must be a string"),
      ([{"role": "user", "content": "\ud800"}], "lone surrogate")],

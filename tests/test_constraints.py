@@ -120,7 +120,9 @@ def reference_constrained_greedy(model, tokenizer, ids: list[int], valid_after, 
 
 
 @pytest.mark.parametrize("kind,value,pattern", [("choice", CHOICES, choice_pattern(CHOICES)), ("regex", DATE, DATE)])
-def test_branches_start_valid_continue_under_the_constraint_and_end_where_it_completes(model_name, kind, value, pattern):
+def test_branches_start_valid_continue_under_the_constraint_and_end_where_it_completes(
+    model_name, kind, value, pattern
+):
     model, tokenizer = cli.load_model(model_name)
     text = "Question: is it done? Answer: "
     result = cli.lookahead(text, 4, 6, constraint={"type": kind, "value": value, "start": None}, model_name=model_name)
@@ -128,7 +130,8 @@ def test_branches_start_valid_continue_under_the_constraint_and_end_where_it_com
     ids = tokenizer(text[:-1])["input_ids"]
     vocab, eos = model.config.get_text_config().vocab_size, eos_of(model)
     healed_first = torch.tensor([t.startswith(" ") and regex.fullmatch(pattern, t[1:], partial=True) is not None
-                                 and i not in tokenizer.all_special_ids for i, t in enumerate(token_texts(tokenizer)[:vocab])])
+                                 and i not in tokenizer.all_special_ids
+                                 for i, t in enumerate(token_texts(tokenizer)[:vocab])])
     logits = next_logits(model, ids).float().masked_fill(~healed_first, float("-inf"))
     firsts = logits.topk(min(4, int(healed_first.sum()))).indices.tolist()
     assert [b["token_ids"][0] for b in result["branches"]] == firsts
@@ -191,7 +194,8 @@ def test_chat_mode_constrains_the_reply(embedded):
     result = cli.lookahead("", 2, 4, messages=messages, constraint={"type": "choice", "value": ["yes", "no"]})
     assert {b["text"] for b in result["branches"]} == {"yes", "no"}
     assert all(b["ends"] for b in result["branches"])
-    partly = cli.lookahead("n", 2, 3, messages=messages, constraint={"type": "choice", "value": ["yes", "no"], "start": 0})
+    partly = cli.lookahead("n", 2, 3, messages=messages,
+                           constraint={"type": "choice", "value": ["yes", "no"], "start": 0})
     assert [b["text"] for b in partly["branches"]] == ["o"]
 
 
@@ -209,7 +213,8 @@ def test_a_click_advances_the_sessions_matcher_by_the_new_tokens_only(embedded):
     taken = text + first["branches"][0]["text"]
     checked = cli._check_constraint(constraint, taken, None)
     model, _ = embedded
-    _, guide = in_process._context_and_guide(model, tokenizer, taken, taken, None, checked, (cli.default_model_name(), "click"))
+    _, guide = in_process._context_and_guide(model, tokenizer, taken, taken, None, checked,
+                                             (cli.default_model_name(), "click"))
     assert guide.reused >= len(tokenizer(text[10:])["input_ids"]) - 1
     fresh = cli.lookahead(taken, 2, 3, constraint=constraint, session="other")
     kept = cli.lookahead(taken, 2, 3, constraint=constraint, session="click")

@@ -24,7 +24,8 @@ PARAMETERS = {
     "generate": ["max_new_tokens", "method"],
     "token_probabilities": ["k", "messages"],
 }
-SMALL = {"n_branches": [1, 2, 3], "depth": [1, 2, 3], "k": [1, 5], "max_new_tokens": [1, 2, 3]}  # keep valid calls cheap
+# keep valid calls cheap
+SMALL = {"n_branches": [1, 2, 3], "depth": [1, 2, 3], "k": [1, 5], "max_new_tokens": [1, 2, 3]}
 
 
 def strict_json(value) -> None:

@@ -5,11 +5,11 @@ import pickle
 
 import pytest
 import torch
+from reference import reference_lookahead
 
 import custom_llm_inference as cli
 from lookahead.prefix_cache import common_prefix_length
 from lookahead.results import WINDOW_STEP, window_start
-from reference import reference_lookahead
 
 EDITS = [
     "The quick brown fox",
@@ -127,7 +127,8 @@ def test_text_longer_than_the_context_keeps_its_end_and_the_window_moves_in_step
     longer = text + f" word{words}"
     again = cli.lookahead(longer, 3, depth, model_name=name, session="long")
     assert again["truncated_tokens"] == dropped and again["reused_tokens"] == result["context_tokens"]
-    assert_matches_reference(again, reference_lookahead(model, tokenizer, longer, 3, depth, again["truncated_tokens"]), 3)
+    assert_matches_reference(
+        again, reference_lookahead(model, tokenizer, longer, 3, depth, again["truncated_tokens"]), 3)
     # ... and past it the start jumps by a whole step.
     far = text + " more" * step
     moved = cli.lookahead(far, 3, depth, model_name=name, session="long")

@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from conftest import TINY_LLAMA_DIR
 from gradio_client import Client
+from vllm_server import Proxy, VLLMServer
 
 import custom_llm_inference as cli
-from conftest import TINY_LLAMA_DIR
 from lookahead import vllm_backend
 from lookahead.models import EMBEDDED_MODEL, embedded_model_dir
-from vllm_server import Proxy, VLLMServer
 
 TOLERANCE = 1e-4  # logprobs: vLLM's CPU kernels against transformers' (the issue measured 3e-5)
 TEXTS = [
@@ -111,7 +111,8 @@ def test_every_function_answers_as_in_process(vllm, text):
     )
     assert set(branches) == set(expected[0]) and branches["device"] == f"vllm {vllm.url}"
     assert [b["token_ids"] for b in branches["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
-    assert [(b["text"], b["ends"]) for b in branches["branches"]] == [(b["text"], b["ends"]) for b in expected[0]["branches"]]
+    assert [(b["text"], b["ends"]) for b in branches["branches"]] == [
+        (b["text"], b["ends"]) for b in expected[0]["branches"]]
     assert branches["notice"] == "" and branches["context_tokens"] == expected[0]["context_tokens"]
     assert_same_distribution(branches["distribution"], expected[0]["distribution"])
     assert_same_distribution(distribution, expected[1])
@@ -124,8 +125,10 @@ def test_every_function_answers_as_in_process(vllm, text):
 @pytest.mark.parametrize("reply", ["", "2+2 equals"])
 def test_chat_mode_answers_as_in_process(vllm, reply):
     with in_process():
-        expected = cli.lookahead(reply, 5, 3, messages=CONVERSATION), cli.token_probabilities(reply or "4", messages=CONVERSATION)
-    ours = cli.lookahead(reply, 5, 3, messages=CONVERSATION), cli.token_probabilities(reply or "4", messages=CONVERSATION)
+        expected = (cli.lookahead(reply, 5, 3, messages=CONVERSATION),
+                    cli.token_probabilities(reply or "4", messages=CONVERSATION))
+    ours = (cli.lookahead(reply, 5, 3, messages=CONVERSATION),
+            cli.token_probabilities(reply or "4", messages=CONVERSATION))
     assert [b["token_ids"] for b in ours[0]["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
     assert [b["ends"] for b in ours[0]["branches"]] == [b["ends"] for b in expected[0]["branches"]]
     assert_same_distribution(ours[0]["distribution"], expected[0]["distribution"])
@@ -350,7 +353,8 @@ def test_constraints_answer_as_in_process(vllm):
                     cli.generate("The date of the moon landing: ", 12, "greedy", constraint=date))
     ours = cli.lookahead(text, 3, 4, constraint=choice, session="v")
     assert [b["token_ids"] for b in ours["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
-    assert [(b["text"], b["ends"]) for b in ours["branches"]] == [(b["text"], b["ends"]) for b in expected[0]["branches"]]
+    assert [(b["text"], b["ends"]) for b in ours["branches"]] == [
+        (b["text"], b["ends"]) for b in expected[0]["branches"]]
     assert "approximate" in ours["notice"]
     valid = [e["token_id"] for e in cli.next_token_distribution(text, 10, constraint=choice) if e["valid"]]
     assert valid and valid == [e["token_id"] for e in expected[1] if e["valid"]][: len(valid)]

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 from gradio_client import Client
+from mcp_client import answer, call
 
 import custom_llm_inference as cli
-from mcp_client import answer, call
 
 ROOT = Path(__file__).resolve().parents[1]
 DURATION_FACTOR = 1.5  # ZeroGPU's current hardware, as the emulation reports it
@@ -129,7 +129,8 @@ def test_a_lone_surrogate_gets_a_clear_message(space):
     """Browsers can send half a character; JSON carries it as an escape gradio_client cannot send."""
     url, log = space
     before = len(scheduled(log))
-    body = json.dumps({"data": ["ok\ud800", 3, 2, 1.0, 0, 1.0, 1.0, "greedy", 0, None, None, 0.0, 0.0, None, None]}).encode()
+    body = json.dumps(
+        {"data": ["ok\ud800", 3, 2, 1.0, 0, 1.0, 1.0, "greedy", 0, None, None, 0.0, 0.0, None, None]}).encode()
     post = urllib.request.Request(f"{url}gradio_api/call/lookahead", body, {"Content-Type": "application/json"})
     event_id = json.load(urllib.request.urlopen(post, timeout=30))["event_id"]
     stream = urllib.request.urlopen(f"{url}gradio_api/call/lookahead/{event_id}", timeout=60).read().decode()
@@ -179,7 +180,6 @@ def test_one_gpu_entry_point_so_endpoints_share_the_session_cache(space):
 
 def test_the_page_works_while_a_crowd_calls_the_api(space):
     from playwright.sync_api import sync_playwright
-
     from test_browser import CHROMIUM, CHROMIUM_ARGS, expect_suggestions_for, type_text
 
     url, _ = space
@@ -214,7 +214,8 @@ def test_the_heatmap_and_chat_mode_answer_as_on_the_cpu(space):
     text = "The capital of France is Paris."
     remote = client.predict(text, 3, api_name="/token_probabilities")
     local = cli.token_probabilities(text, 3, session="local zerogpu heatmap")
-    assert [(t["token_id"], t["rank"]) for t in remote["tokens"]] == [(t["token_id"], t["rank"]) for t in local["tokens"]]
+    assert [(t["token_id"], t["rank"]) for t in remote["tokens"]] == [
+        (t["token_id"], t["rank"]) for t in local["tokens"]]
     conversation = [{"role": "user", "content": "What is 2+2?"}]
     chat = client.predict("2+2 equals", 3, 2, messages=conversation, api_name="/lookahead")
     expected = cli.lookahead("2+2 equals", 3, 2, session="local zerogpu chat", messages=conversation)
@@ -240,7 +241,8 @@ def test_attribution_answers_as_on_the_cpu(space):
     assert remote["target"]["token_id"] == local["target"]["token_id"]
     assert [t["score"] for t in remote["tokens"]] == pytest.approx([t["score"] for t in local["tokens"]], abs=1e-5)
     text = "The keeper slept.\n\nThe storm"  # at a token of the text, by integrated gradients (a stream of passes)
-    remote = Client(url, verbose=False).predict(text, None, "integrated_gradients", 8, at_token=6, api_name="/attribution")
+    remote = Client(url, verbose=False).predict(text, None, "integrated_gradients", 8, at_token=6,
+                                                api_name="/attribution")
     local = cli.attribution(text, None, "integrated_gradients", 8, session="local zerogpu attribution", at_token=6)
     assert remote["target"]["token_id"] == local["target"]["token_id"] and len(remote["tokens"]) == 6
     assert [t["score"] for t in remote["tokens"]] == pytest.approx([t["score"] for t in local["tokens"]], abs=1e-5)

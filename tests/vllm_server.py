@@ -39,7 +39,8 @@ class VLLMServer:
             # 127 tokens past the cached prefix (a lookahead: 3.3 s instead of 0.63 s at 619 tokens).
             "--enable-prompt-tokens-details", "--block-size", "32", *extra,
         ]
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb), "VLLM_NO_USAGE_STATS": "1",
+               "DO_NOT_TRACK": "1"}
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env,
                                         start_new_session=True)
 
@@ -70,7 +71,8 @@ class VLLMServer:
 
 
 class Proxy:
-    """Forwards a loopback port to `upstream_port`; `down()` refuses connections, `stall()` accepts and never answers."""
+    """Forwards a loopback port to `upstream_port`; `down()` refuses connections, `stall()` accepts and
+    never answers."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port

@@ -52,7 +52,8 @@ const apply = (message) => {
     if (m.base !== shown) { shown = null; document.getElementById('heatmap-resync')?.click(); return; }
     const box = root().querySelector('#heatmap-text');
     let token;
-    while ((token = box.lastElementChild) && token.classList.contains('tk') && Number(token.dataset.i) >= m.keep) token.remove();
+    while ((token = box.lastElementChild) && token.classList.contains('tk')
+           && Number(token.dataset.i) >= m.keep) token.remove();
     for (const old of box.querySelectorAll('.tk')) { if (Number(old.dataset.i) < m.first) old.remove(); else break; }
     box.querySelector('.earlier')?.remove();
     box.insertAdjacentHTML('afterbegin', m.earlier);
@@ -162,7 +163,8 @@ def heatmap_view(text: str, result: dict, mode: str, threshold: float) -> str:
     spans = "".join(token_span(text, tokens[i], i, mode) for i in range(first, len(tokens)))
     buckets = RANK_BUCKETS if mode == "rank" else PROBABILITY_BUCKETS
     legend = " ".join(
-        f'<span style="background:{c};color:#111;border-radius:3px;padding:0 6px">{label}</span>' for _, c, label in buckets
+        f'<span style="background:{c};color:#111;border-radius:3px;padding:0 6px">{label}</span>'
+        for _, c, label in buckets
     )
     colours = " ".join(f"#heatmap .b{i} {{ background: {c} }}" for i, (_, c, _) in enumerate(buckets))
     return (

@@ -113,7 +113,8 @@ def tree_view(history: History, rows: int = TREE_ROWS) -> str:
 
 
 def _more_line(n: int, where: str) -> str:
-    return f'<div class="tree-more" style="color:var(--body-text-color-subdued)">  ⋯ {n} {where} line{"s" * (n != 1)}</div>'
+    return (f'<div class="tree-more" style="color:var(--body-text-color-subdued)">'
+            f'  ⋯ {n} {where} line{"s" * (n != 1)}</div>')
 
 
 END_MARK = "⏹"  # a branch that reaches the end-of-sequence token: the model would stop there
@@ -143,7 +144,8 @@ def attribution_view(text: str, result: dict, where: str | None = None) -> str:
         alpha = 0.0 if t["score"] is None else t["score"] / top
         share = "before the window" if t["score"] is None else f"{100 * t['score']:.1f}%"
         spans.append(f'<span title="{html.escape(visible(t["token"]))}: {share}" style="background:'
-                     f'rgba(234,88,12,{0.85 * alpha:.2f});border-radius:2px;white-space:pre-wrap">{html.escape(piece)}</span>')
+                     f'rgba(234,88,12,{0.85 * alpha:.2f});border-radius:2px;white-space:pre-wrap">'
+                     f'{html.escape(piece)}</span>')
     strongest = sorted(tokens, key=lambda t: -t["score"])[:STRONGEST]
     listed = " · ".join(f"<b>{html.escape(visible(t['token']))}</b> {100 * t['score']:.0f}%" for t in strongest)
     target = result["target"]
