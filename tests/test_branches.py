@@ -2,11 +2,11 @@
 
 import pytest
 import torch
-from reference import next_logits
 from transformers import DynamicCache, GenerationConfig
 
 import custom_llm_inference as cli
 from lookahead.branches import get_lookahead_sequences, tree_attention_mask
+from reference import next_logits
 
 GREEDY_NO_EOS = GenerationConfig(do_sample=False, eos_token_id=None, pad_token_id=0)
 

@@ -5,6 +5,9 @@ a visitor is told what went wrong in words (gr.Error, printed nowhere), never th
 import logging
 
 from playwright.sync_api import expect, sync_playwright
+
+import custom_llm_inference as cli
+from app import DEFAULT_TEXT
 from test_browser import (  # skips without chromium
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -12,9 +15,6 @@ from test_browser import (  # skips without chromium
     expect_suggestions_for,
     wait_for_stored_text,
 )
-
-import custom_llm_inference as cli
-from app import DEFAULT_TEXT
 
 ERROR_TOASTS = ".toast-body.error"
 

@@ -5,11 +5,11 @@ import pickle
 
 import pytest
 import torch
-from reference import reference_lookahead
 
 import custom_llm_inference as cli
 from lookahead.prefix_cache import common_prefix_length
 from lookahead.results import WINDOW_STEP, window_start
+from reference import reference_lookahead
 
 EDITS = [
     "The quick brown fox",

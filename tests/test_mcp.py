@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import httpx
 import pytest
 from gradio_client import Client
-from mcp_client import answer, call, list_tools
 
 import custom_llm_inference as cli
+from mcp_client import answer, call, list_tools
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = {"lookahead", "next_token_distribution", "token_probabilities", "attribution", "generate"}

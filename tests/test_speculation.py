@@ -3,13 +3,13 @@
 import threading
 
 import torch
-from reference import reference_lookahead
-from test_lookahead_api import assert_matches_reference
 from transformers import DynamicCache
 
 import custom_llm_inference as cli
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.speculation import Speculator
+from reference import reference_lookahead
+from test_lookahead_api import assert_matches_reference
 
 TEXT = "Once upon a time, in a village by the sea, there lived"
 

@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable
 
 import torch
-from reference import reference_lookahead
-from test_lookahead_api import assert_matches_reference
-from test_speculation import fake_entry
 from transformers import DynamicCache
 
 import custom_llm_inference as cli
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.speculation import Speculator
+from reference import reference_lookahead
+from test_lookahead_api import assert_matches_reference
+from test_speculation import fake_entry
 from ui.ordering import SessionOrder
 
 SECONDS = 3.0  # each thread's share of a stress test

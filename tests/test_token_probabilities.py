@@ -6,11 +6,11 @@ import math
 
 import pytest
 import torch
-from reference import reference_lookahead
-from test_lookahead_api import assert_matches_reference
 
 import custom_llm_inference as cli
 from lookahead import scoring
+from reference import reference_lookahead
+from test_lookahead_api import assert_matches_reference
 
 TIE = 1e-5  # logprobs closer than this may rank either way between two exact computations
 TEXTS = [

@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import TINY_LLAMA_DIR
 from gradio_client import Client
-from vllm_server import Proxy, VLLMServer
 
 import custom_llm_inference as cli
+from conftest import TINY_LLAMA_DIR
 from lookahead import vllm_backend
 from lookahead.models import EMBEDDED_MODEL, embedded_model_dir
+from vllm_server import Proxy, VLLMServer
 
 TOLERANCE = 1e-4  # logprobs: vLLM's CPU kernels against transformers' (the issue measured 3e-5)
 TEXTS = [
@@ -316,6 +316,7 @@ def test_the_app_serves_through_vllm_and_shows_faults_as_messages(vllm, proxy, a
 
 def test_the_page_keeps_the_text_while_the_server_is_down_and_recovers(vllm, proxy, app_url):
     from playwright.sync_api import expect, sync_playwright
+
     from test_browser import CHROMIUM, CHROMIUM_ARGS, expect_suggestions_for, type_text  # skips without chromium
 
     with sync_playwright() as p:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 from gradio_client import Client
-from mcp_client import answer, call
 
 import custom_llm_inference as cli
+from mcp_client import answer, call
 
 ROOT = Path(__file__).resolve().parents[1]
 DURATION_FACTOR = 1.5  # ZeroGPU's current hardware, as the emulation reports it
@@ -180,6 +180,7 @@ def test_one_gpu_entry_point_so_endpoints_share_the_session_cache(space):
 
 def test_the_page_works_while_a_crowd_calls_the_api(space):
     from playwright.sync_api import sync_playwright
+
     from test_browser import CHROMIUM, CHROMIUM_ARGS, expect_suggestions_for, type_text
 
     url, _ = space
