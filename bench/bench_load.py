@@ -35,9 +35,8 @@ from serving import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from vllm_server import VLLMServer  # noqa: E402
-
 from lookahead.models import EMBEDDED_MODEL, embedded_model_dir  # noqa: E402
+from vllm_server import VLLMServer  # noqa: E402
 
 CALLS = 3
 # Seconds a visitor's HTTP requests may take. gradio_client's default, 5 s, would turn a visitor away
