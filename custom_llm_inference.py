@@ -406,7 +406,7 @@ def lookahead(
     sampling from p_final (`"sample"`, reproducible with `seed`). Returns {"model",
     "device", "context_tokens", "reused_tokens", "truncated_tokens", "healed_whitespace",
     "notice", "sampling", "branch_mode", "seed", "distribution": [...] (as from
-    next_token_distribution; under a constraint followed by the REFUSED_SHOWN likeliest tokens it
+    next_token_distribution; under a constraint followed by the REFUSED_ROWS likeliest tokens it
     refuses, "valid": False), "branches": [{"token_ids", "text", "prob", "p_final", "ends", "stop"}]}.
     A branch's "text" is exactly what to append to `text` (with healing, the backed-up
     whitespace is already part of `text`). A branch stops after the end-of-sequence token if

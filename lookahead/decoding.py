@@ -39,6 +39,7 @@ from transformers import PreTrainedModel
 
 from lookahead.constraints import Guide
 from lookahead.kv_cache import GrowableCache
+from lookahead.prefix_cache import common_prefix_length
 
 # Named constants, as in llama.cpp's lookahead example.
 D_MAX = 8  # longest draft from any source
@@ -231,7 +232,7 @@ class _Planner:
         """Update the estimates from what the pass produced, and the successors from its logits at every fed token."""
         seen: set[str] = set()
         for rank, (draft, source) in enumerate(proposed):
-            right = _common_prefix(draft, produced)
+            right = common_prefix_length(draft, produced)
             if source not in seen:  # each source's best draft speaks for it
                 seen.add(source)
                 self.gains[source] = EMA * self.gains[source] + (1 - EMA) * right
@@ -241,13 +242,6 @@ class _Planner:
         top = logits.topk(RECYCLE_K, dim=-1).indices.tolist()
         for token, successors in zip(fed, top):
             self.successors[token] = successors
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def _greedy(logits: torch.Tensor, guide: Guide | None) -> int:

@@ -28,8 +28,10 @@ from lookahead.models import (
     model_pass_costs,
     on_zero_gpu,
 )
-from lookahead.prefix_cache import PrefixCacheStore, forget_session
+from lookahead.prefix_cache import PrefixCacheStore, common_prefix_length, forget_session
 from lookahead.results import (
+    DISTRIBUTION_ROWS,
+    REFUSED_ROWS,
     Continuation,
     attribution_entries,
     branch_entries,
@@ -46,7 +48,6 @@ from lookahead.scoring import extend_and_score, unscored
 from lookahead.speculation import ScratchStore, Speculator
 
 Messages = tuple[tuple[str, str], ...]  # chat mode's earlier turns, (role, content)
-REFUSED_SHOWN = 3  # a constrained lookahead's distribution ends with the likeliest tokens the constraint refuses
 
 prefix_caches = PrefixCacheStore()
 speculator = Speculator(prefix_caches)
@@ -134,7 +135,7 @@ def _distribution(run: _Run, sampling: Sampling, k: int, ids: list[int] | None =
                                 valid)
 
 
-def _refused(run: _Run, sampling: Sampling, listed: list[dict], n: int = REFUSED_SHOWN) -> list[dict]:
+def _refused(run: _Run, sampling: Sampling, listed: list[dict], n: int = REFUSED_ROWS) -> list[dict]:
     """Under a constraint, the n likeliest tokens (by p_base) it refuses that are not `listed` yet:
     what the model wanted instead."""
     if run.result.valid is None:
@@ -257,7 +258,7 @@ class Listings:
         if last is None or last[1:3] != (dropped, k):
             return [], 0
         old = last[0]
-        shared = next((i for i, (a, b) in enumerate(zip(old, ids)) if a != b), min(len(old), len(ids)))
+        shared = common_prefix_length(old, ids)
         return last[3], shared
 
     def clear(self) -> None:
@@ -289,12 +290,13 @@ def _lookahead(
     firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])
     stops = eos_ids(load_model(model_name)[0].generation_config)
     branches = branch_entries(sequences, stops, firsts, run.healed, run.tokenizer, stop)
+    listed = _distribution(run, sampling, max(DISTRIBUTION_ROWS, n_branches))
     return {
         **run.info,
         "sampling": sampling.as_dict(),
         "branch_mode": branch_mode,
         "seed": seed,
-        "distribution": (listed := _distribution(run, sampling, max(10, n_branches))) + _refused(run, sampling, listed),
+        "distribution": listed + _refused(run, sampling, listed),
         "branches": branches,
     }
 

@@ -19,6 +19,8 @@ from lookahead.sampling import ranked
 from lookahead.scoring import Scores, token_spans
 
 WINDOW_STEP = 0.25  # past the context, the window's start moves by this share of it at a time
+DISTRIBUTION_ROWS = 10  # a lookahead's distribution lists at least this many tokens: the page plots them
+REFUSED_ROWS = 3  # under a constraint it then lists the likeliest tokens the constraint refuses
 
 
 def window_start(n_tokens: int, room: int, context: int) -> int:

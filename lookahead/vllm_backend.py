@@ -47,6 +47,7 @@ from lookahead.constraints import Constraint, Guide, MatcherStore
 from lookahead.healing import allowed_first_tokens, split_for_healing
 from lookahead.models import default_model_name, load_tokenizer
 from lookahead.results import (
+    DISTRIBUTION_ROWS,
     Continuation,
     branch_entries,
     context_info,
@@ -209,10 +210,11 @@ class VLLMBackend:
         model_name: str | None, messages: tuple | None, constraint: Constraint | None, stop: tuple[str, ...],
     ) -> dict:
         context, allowed = self._context(text, messages, model_name, session, room=depth, constraint=constraint)
-        top, reused = self._next_tokens(context, max(10, n_branches))
+        rows = max(DISTRIBUTION_ROWS, n_branches)
+        top, reused = self._next_tokens(context, rows)
         valid = None if context.guide is None else context.guide.valid()
         logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed, valid)
-        distribution = distribution_entries(logprobs, final, max(10, n_branches), context.tokenizer, valid=valid)
+        distribution = distribution_entries(logprobs, final, rows, context.tokenizer, valid=valid)
         firsts = distribution[:n_branches]  # the branches start from the best tokens by p_final
         if valid is not None:
             firsts = [f for f in firsts if f["valid"]] or [self._constrained_first(context, sampling, allowed)]

@@ -9,9 +9,8 @@ from __future__ import annotations
 import html
 
 from history import History
+from lookahead.results import DISTRIBUTION_ROWS, REFUSED_ROWS
 
-PLOT_TOKENS = 10
-REFUSED_ROWS = 3  # under a constraint, the last rows show the likeliest tokens it refuses
 VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
 ROW_STYLE = "display:flex;align-items:center;gap:8px;margin:3px 0;font:13px ui-monospace,monospace"
 TOKEN_STYLE = "flex:0 1 9em;min-width:4em;text-align:right;overflow:hidden;text-overflow:ellipsis;white-space:pre"
@@ -34,7 +33,7 @@ def distribution_plot(distribution: list[dict]) -> str:
     """p_base and p_final bars for the top tokens and the rest ("other"); cut tokens greyed, and those a
     constraint refuses marked ✗. Rows are clickable."""
     refused = [d for d in distribution if not d.get("valid", True)][:REFUSED_ROWS]
-    top = [d for d in distribution if d.get("valid", True)][: PLOT_TOKENS - len(refused)] + refused
+    top = [d for d in distribution if d.get("valid", True)][: DISTRIBUTION_ROWS - len(refused)] + refused
     rows = [(d, visible(d["token"]), d["prob"], d.get("p_final", d["prob"]), d.get("kept", True)) for d in top]
     other = (None, "other", max(0.0, 1 - sum(r[2] for r in rows)), max(0.0, 1 - sum(r[3] for r in rows)), True)
     constrained = any(not d.get("valid", True) for d in top)
