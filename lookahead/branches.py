@@ -52,8 +52,13 @@ def tree_attention_mask(prompt_len: int, k: int, step: int, dtype: torch.dtype, 
     Columns: the prompt (visible to all), then `step` blocks of k branch tokens, of which
     row b sees only column b of each block (its own branch).
     """
-    own_branch = torch.eye(k, dtype=torch.bool, device=device).repeat(1, step)
-    visible = torch.cat([torch.ones(k, prompt_len, dtype=torch.bool, device=device), own_branch], dim=1)
+    return additive_mask(prompt_len, torch.eye(k, dtype=torch.bool, device=device).repeat(1, step), dtype, device)
+
+
+def additive_mask(past: int, own: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(1, 1, q, past + n) additive attention mask for q new tokens: each sees the `past` cached positions,
+    and of the n new columns those where the boolean (q, n) `own` is True; the rest get dtype's lowest value."""
+    visible = torch.cat([torch.ones(own.shape[0], past, dtype=torch.bool, device=own.device), own], dim=1).to(device)
     mask = torch.zeros(visible.shape, dtype=dtype, device=device)
     mask.masked_fill_(~visible, torch.finfo(dtype).min)
     return mask[None, None]

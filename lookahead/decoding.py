@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
+from lookahead.branches import additive_mask
 from lookahead.constraints import Guide
 from lookahead.kv_cache import GrowableCache
 from lookahead.prefix_cache import common_prefix_length
@@ -150,10 +151,7 @@ def tree_mask(past: int, parents: list[int], dtype: torch.dtype, device: torch.d
         if parent >= 0:
             own[node] = own[parent]
         own[node, node] = True
-    visible = torch.cat([torch.ones(q, past, dtype=torch.bool), own], dim=1).to(device)
-    mask = torch.zeros(visible.shape, dtype=dtype, device=device)
-    mask.masked_fill_(~visible, torch.finfo(dtype).min)
-    return mask[None, None]
+    return additive_mask(past, own, dtype, device)
 
 
 @dataclass
