@@ -46,9 +46,14 @@ def test_embedded_model_converts_into_a_plain_folder_with_the_same_weights(tmp_p
     assert models.embedded_model_dir() == folder, "converted once, then found"
     converted, tokenizer = cli.load_model(str(folder))
     model, _ = embedded
+    weights, expected = converted.state_dict(), model.state_dict()
+    assert weights.keys() == expected.keys()
+    assert all(torch.equal(weights[name], expected[name]) for name in expected)
+    # The same logits, up to float rounding: each model measures its own pass costs at load, and on a busy
+    # machine the two may pick different (equally exact) linear paths for the same row count.
     ids = torch.tensor([tokenizer("The embedded model works offline")["input_ids"]])
     with torch.no_grad():
-        assert torch.equal(converted(ids).logits, model(ids).logits)
+        torch.testing.assert_close(converted(ids).logits, model(ids).logits, rtol=1e-5, atol=1e-4)
 
 
 def test_a_missing_embedded_package_says_how_to_install_it(monkeypatch):
