@@ -207,9 +207,11 @@ class _Planner:
                 best, best_rate = w, expected / self.cost(1 + w)
         return best
 
-    def plan(self, pool: NGramPool, x: int) -> tuple[DraftTrie, list[tuple[list[int], str]]]:
-        """The trie to feed after x, and every draft proposed (to check against the outcome)."""
-        proposed = self.drafts(pool, x)
+    def plan(self, pool: NGramPool, x: int, longest: int) -> tuple[DraftTrie, list[tuple[list[int], str]]]:
+        """The trie to feed after x, and every draft proposed (to check against the outcome).
+
+        Drafts are cut to `longest` guesses: no more tokens are wanted, and the context may end past them."""
+        proposed = [(draft[:longest], source) for draft, source in self.drafts(pool, x) if longest > 0]
         trie = DraftTrie([x])
         if not proposed:
             return trie, proposed
@@ -289,7 +291,7 @@ def lookahead_passes(
     produced = 1
     while produced < max_new_tokens:
         past = cache.get_seq_length()
-        trie, proposed = planner.plan(pool, x)
+        trie, proposed = planner.plan(pool, x, max_new_tokens - produced - 1)
         out = model(
             torch.tensor([trie.tokens], device=device),
             past_key_values=cache,

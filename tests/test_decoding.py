@@ -16,6 +16,7 @@ from lookahead.decoding import (
     DraftTrie,
     NGramPool,
     _Planner,
+    greedy_passes,
     lookahead_passes,
     tree_mask,
 )
@@ -181,6 +182,18 @@ def test_plain_steps_when_guessing_cannot_pay_and_the_same_tokens_either_way(emb
     assert [t for p in steep for t in p.tokens] == [t for p in flat for t in p.tokens] == expected
     assert all(len(p.tokens) == 1 for p in steep), "one token per pass, as greedy"
     assert len(flat) < len(steep) / 2, "where wide passes cost nothing, guesses are taken"
+
+
+def test_guesses_stop_where_the_tokens_wanted_and_the_context_end(tiny_model_dirs):
+    """GPT-2's positions end at its context: a guess past the last token wanted would index past them."""
+    model, tokenizer = cli.load_model(tiny_model_dirs["gpt2"])
+    context = model.config.n_positions
+    prompt = tokenizer(" a b" * context)["input_ids"][: context // 2]
+    wanted = context - len(prompt)  # up to the context's last position
+    flat = list(lookahead_passes(model, prompt, wanted, set(), costs(lambda n: 1.0)))  # every guess pays
+    greedy = list(greedy_passes(model, prompt, wanted, set()))
+    assert [t for p in flat for t in p.tokens] == [t for p in greedy for t in p.tokens]
+    assert sum(len(p.tokens) for p in flat) == wanted and len(flat) < len(greedy)
 
 
 def test_pass_costs_interpolate_and_choose_the_faster_path_per_width():
