@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 FORMAT = "interactive-lookahead-history"
 VERSION = 2
 READS = (1, 2)
+SYNC_VERSION = 1  # of the messages `changes` writes; the page's script asks for the whole tree on another
 KINDS = ("start", "type", "branch", "token", "append", "continue", "clear", "rewind", "turn")
 PAUSE_SECONDS = 2.0  # typing within this long of the last keystroke edits the same node
 
@@ -59,15 +60,15 @@ class History:
     def changes(self, whole: bool = False) -> dict:
         """For the browser's copy: the whole tree the first time (or if `whole`), then the nodes changed since.
 
-        Either {"sync", "whole": the tree as to_json writes it} or {"sync", "current", "nodes": [changed
-        nodes, as stored, by id]}. A copy with another "sync" is another tree's: it needs the whole one.
+        The history sync message of docs/architecture.md, "Page state messages": {"v", "sync", "whole"} or
+        {"v", "sync", "current", "nodes"}. A copy with another "sync" is another tree's: it needs the whole one.
         """
         if self.changed is None or whole:
             self.sync = uuid.uuid4().hex[:12]  # a new copy (gradio gives each session a copy of one default tree)
-            message = {"sync": self.sync, "whole": self.as_dict()}
+            message = {"v": SYNC_VERSION, "sync": self.sync, "whole": self.as_dict()}
         else:
             nodes = [self._as_edit(self.nodes[i]) for i in sorted(self.changed)]
-            message = {"sync": self.sync, "current": self.current, "nodes": nodes}
+            message = {"v": SYNC_VERSION, "sync": self.sync, "current": self.current, "nodes": nodes}
         self.changed = set()
         return message
 

@@ -28,4 +28,6 @@ if [ ! -x /usr/bin/chromium ]; then
 fi
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1
 ruff check .  # style first: a long line or an unsorted import fails here, in a second
+npm ci --silent  # eslint, as package-lock.json pins it
+npx eslint ui/static  # the page's scripts, each as the page runs it (eslint.config.js)
 python -m pytest -q "$@"

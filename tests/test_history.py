@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from history import History
+from history import SYNC_VERSION, History
 
 
 def written(monkeypatch, clock: list[float]) -> History:
@@ -122,7 +122,9 @@ def test_an_edit_that_keeps_more_than_its_parent_has_is_refused(monkeypatch):
 
 
 def apply_changes(copy: dict | None, message: dict) -> dict | None:
-    """What SAVE_HISTORY_JS does with a message (app.py), in Python; None where it asks for the whole tree."""
+    """What ui/static/history_sync.js's save does with a message, in Python; None where it asks for the whole tree."""
+    if message["v"] != SYNC_VERSION:
+        return copy if "whole" in message else None
     if "whole" in message:
         return {**message["whole"], "sync": message["sync"]}
     if copy is None or copy["sync"] != message["sync"]:
@@ -169,3 +171,20 @@ def test_a_tree_read_back_or_asked_for_again_is_sent_whole(monkeypatch):
     assert "whole" in History.from_json(h.to_json()).changes(), "another tab may hold a copy of the same tree"
     again = h.changes(whole=True)
     assert "whole" in again and again["sync"] != first["sync"], "a new copy, so an old one is not updated by mistake"
+
+
+def test_a_copy_stored_by_an_earlier_page_still_reads(monkeypatch):
+    """The browser's copy as the page stored it before its messages carried a version: a reload still reads it,
+    and the copy stored now has the same fields."""
+    stored = (
+        '{"format":"interactive-lookahead-history","version":2,"model":"model-a","current":1,"nodes":['
+        '{"id":0,"parent":null,"kind":"start","token_ids":[],"settings":{},"time":1.0,"last_child":1,'
+        '"keep":0,"add":"Once"},'
+        '{"id":1,"parent":0,"kind":"branch","token_ids":[7],"settings":{},"time":2.0,"last_child":null,'
+        '"keep":4,"add":" upon"}],"sync":"0123456789ab"}'
+    )
+    earlier = History.from_json(stored)
+    assert [n.text for n in earlier.nodes] == ["Once", "Once upon"] and earlier.current == 1
+    h = written(monkeypatch, [1.0])
+    now = apply_changes(None, h.changes())
+    assert set(now) == set(json.loads(stored)), "the stored copy's fields are the ones an earlier page wrote"

@@ -4,9 +4,10 @@ as GLTR does), its alternatives on hover or focus, and where the model disagreed
 Plain data to HTML, like ui/render.py. Each token carries what its details line needs (probability,
 rank, entropy, alternatives) as compact JSON in data attributes, its colour as a bucket class. The
 whole view (~100 kB for 400 tokens) is sent once; after that each update sends only the tokens from
-the first that changed (a click: the branch's few), as `heatmap_message` says, and HEATMAP_JS applies
-it. HEATMAP_JS also shows the details, turns a click on an alternative into a select event (a rewind)
-with the token's index and the alternative's id, and a click on "why?" into a click event (explain).
+the first that changed (a click: the branch's few), as `heatmap_message` says (the message's fields:
+docs/architecture.md, "Page state messages"), and HEATMAP_JS (ui/static/heatmap.js) applies it. It also
+shows the details, turns a click on an alternative into a select event (a rewind) with the token's index
+and the alternative's id, and a click on "why?" into a click event (explain).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import math
 from typing import NamedTuple
 
 from ui.render import visible
+from ui.scripts import static
 
 HEATMAP_TOKENS = 400  # the last this many tokens are shown: the update stays the same size however long the text
 DISAGREEMENTS = 8  # rows in "where the model disagreed"
@@ -35,74 +37,11 @@ DETAILS_STYLE = ("min-height:3.4em;font:13px ui-monospace,monospace;padding:6px 
 ALT_STYLE = ("font:12px ui-monospace,monospace;margin:2px 4px 0 0;padding:1px 6px;border-radius:4px;"
              "border:1px solid var(--border-color-primary);background:var(--background-fill-secondary);cursor:pointer")
 
-# The component's template never changes, so gradio never redraws it: the page is built here, from
+# The component's template never changes, so gradio never redraws it: HEATMAP_JS builds the view from
 # messages (the whole view, or the tokens after the first that changed), each naming the one it follows.
+MESSAGE_VERSION = 1  # of heatmap_message's messages; HEATMAP_JS asks for the whole view on another
 HEATMAP_TEMPLATE = '<div class="heatmap-view"></div>'
-HEATMAP_JS = """
-const root = () => element.querySelector('.heatmap-view');
-let shown = null;  // the id of the message the page shows
-const apply = (message) => {
-  if (!message) { root().replaceChildren(); shown = null; return; }
-  const m = JSON.parse(message);
-  if (m.id === shown) return;
-  if (m.frame !== undefined) {
-    root().innerHTML = m.frame;
-  } else {
-    // a change to a view this page does not have (it missed one): ask for the whole view
-    if (m.base !== shown) { shown = null; document.getElementById('heatmap-resync')?.click(); return; }
-    const box = root().querySelector('#heatmap-text');
-    let token;
-    while ((token = box.lastElementChild) && token.classList.contains('tk')
-           && Number(token.dataset.i) >= m.keep) token.remove();
-    for (const old of box.querySelectorAll('.tk')) { if (Number(old.dataset.i) < m.first) old.remove(); else break; }
-    box.querySelector('.earlier')?.remove();
-    box.insertAdjacentHTML('afterbegin', m.earlier);
-    box.insertAdjacentHTML('beforeend', m.spans);
-    root().querySelector('#disagreements').outerHTML = m.disagreements;
-  }
-  shown = m.id;
-};
-watch('value', () => apply(props.value));
-apply(props.value);
-const details = () => element.querySelector('#token-details');
-const show = (token) => {
-  const box = details();
-  if (!token || !box) return;
-  element.querySelectorAll('.tk[data-selected]').forEach(t => t.removeAttribute('data-selected'));
-  token.setAttribute('data-selected', '');
-  box.replaceChildren();
-  const head = document.createElement('div');
-  const [text, prob, rank, label, entropy] = JSON.parse(token.dataset.s);
-  head.textContent = prob === undefined ? `${text}: nothing before it to predict it from`
-    : `${text}: ${prob}, rank ${rank} (${label}), entropy ${entropy} bits. The model's top choices:`;
-  box.appendChild(head);
-  for (const [id, text, prob] of JSON.parse(token.dataset.a || '[]')) {
-    const button = document.createElement('button');
-    button.className = 'alt';
-    button.dataset.index = token.dataset.i;
-    button.dataset.tokenId = id;
-    button.textContent = `${text} ${prob}`;
-    box.appendChild(button);
-  }
-  if (prob !== undefined) {
-    const why = document.createElement('button');
-    why.className = 'alt why-token';
-    why.dataset.index = token.dataset.i;
-    why.textContent = 'why the first?';
-    why.title = "What in the text before it made the model expect its first choice here";
-    box.appendChild(why);
-  }
-};
-element.addEventListener('mouseover', (e) => show(e.target.closest('.tk')));
-element.addEventListener('focusin', (e) => show(e.target.closest('.tk')));
-element.addEventListener('click', (e) => {
-  const why = e.target.closest('.why-token');
-  const alt = e.target.closest('[data-token-id]');
-  if (why) trigger('click', {index: Number(why.dataset.index)});
-  else if (alt) trigger('select', {index: Number(alt.dataset.index), token_id: Number(alt.dataset.tokenId)});
-  else show(e.target.closest('.tk'));
-});
-"""
+HEATMAP_JS = static("heatmap.js")
 
 
 def bucket(token: dict, mode: str) -> int | None:
@@ -146,10 +85,10 @@ def heatmap_message(text: str, result: dict, mode: str, threshold: float, before
     first = max(0, len(tokens) - HEATMAP_TOKENS)
     shown = Shown(text, result, mode, before.id + 1 if before else 0)
     if before is None or before.mode != mode:
-        return _json({"id": shown.id, "frame": heatmap_view(text, result, mode, threshold)}), shown
+        return _message({"id": shown.id, "frame": heatmap_view(text, result, mode, threshold)}), shown
     old = before.result["tokens"]
     keep = next((i for i, (a, b) in enumerate(zip(old, tokens)) if a != b), min(len(old), len(tokens)))
-    return _json({
+    return _message({
         "id": shown.id, "base": before.id, "keep": keep, "first": first, "earlier": earlier_view(first),
         "spans": "".join(token_span(text, tokens[i], i, mode) for i in range(max(keep, first), len(tokens))),
         "disagreements": disagreements_view(tokens, threshold),
@@ -203,8 +142,9 @@ def token_span(text: str, token: dict, i: int, mode: str) -> str:
     )
 
 
-def _json(message: dict) -> str:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+def _message(fields: dict) -> str:
+    """A heatmap update message, as JSON, with the version HEATMAP_JS checks."""
+    return json.dumps({"v": MESSAGE_VERSION, **fields}, ensure_ascii=False, separators=(",", ":"))
 
 
 def alternatives(token: dict) -> list:
