@@ -2,15 +2,17 @@
 
 Everything here takes and returns plain, JSON- and pickle-safe data, so the same functions
 serve the Gradio UI, `gradio_client` callers and ZeroGPU workers. Each public function
-checks its arguments first, in the calling process, and only then enters `_on_gpu`, the
-one `@spaces.GPU` function: on ZeroGPU an exception raised inside a GPU worker reaches
-the visitor as its class name alone, and a refused request should cost no GPU time.
-The model runs in this process by default (`InProcess`, lookahead/in_process.py: the text-level
-functions and each session's caches), or on a vLLM server (`use_backend("vllm",
-url)`, or LOOKAHEAD_BACKEND=vllm and LOOKAHEAD_SERVER_URL): lookahead/backend.py says how the two
-share one interface, lookahead/vllm_backend.py is the server's adapter, lookahead/results.py builds
-the dicts both return. The in-process engine's tensor-level pieces live in the `lookahead` package:
+checks its arguments once, in the calling process, and builds one typed, frozen request
+(lookahead/requests.py) that every layer below receives unchanged. The backend
+(lookahead/backend.py: one method per request type) runs it: in this process by default
+(`InProcess`, lookahead/in_process.py, which keeps each session's caches), or on a vLLM server
+(`use_backend("vllm", url)`, or LOOKAHEAD_BACKEND=vllm and LOOKAHEAD_SERVER_URL;
+lookahead/vllm_backend.py). In-process, the model runs inside `_on_gpu`, the one `@spaces.GPU`
+function: on ZeroGPU an exception raised inside a GPU worker reaches the visitor as its class
+name alone, and a refused request should cost no GPU time, hence the checks first.
+The engine's tensor-level pieces live in the `lookahead` package:
   lookahead/models.py        which model, loaded how (embedded offline default)
+  lookahead/context.py       what the model reads: chat template, window, healing, constraint state
   lookahead/branches.py      top-k branches over one shared KV cache (tree attention)
   lookahead/prefix_cache.py  per-session KV caches, so edits only recompute what changed
   lookahead/kv_cache.py      a KV cache that grows without copying itself every forward
@@ -18,6 +20,7 @@ the dicts both return. The in-process engine's tensor-level pieces live in the `
   lookahead/sampling.py      p_base -> p_final with transformers' logits processors; presets
   lookahead/decoding.py      greedy and lossless lookahead decoding for `generate`
   lookahead/constraints.py   choices, regexes, JSON schemas and grammars the next tokens must follow
+  lookahead/results.py       the result dicts both backends return
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisation
 
@@ -33,9 +37,18 @@ from lookahead.backend import Backend, BackendError
 from lookahead.branches import get_lookahead_sequences
 from lookahead.chat import as_dicts, check_messages, check_template, encode
 from lookahead.constraints import Constraint, check_constraint, written_part_error
-from lookahead.in_process import InProcess, Messages, answer, matchers, prefix_caches, speculator, stop_tokens
+from lookahead.in_process import InProcess, answer
 from lookahead.models import available_models, default_model_name, load_model, load_tokenizer, on_zero_gpu
-from lookahead.results import text_token_places
+from lookahead.requests import (
+    AttributionRequest,
+    DistributionRequest,
+    GenerateRequest,
+    LookaheadRequest,
+    Messages,
+    Request,
+    ScoresRequest,
+)
+from lookahead.results import last, stop_tokens, text_token_places
 from lookahead.sampling import BRANCH_MODES, PRESETS, Sampling
 from lookahead.scoring import MAX_ALTERNATIVES
 from lookahead.vllm_backend import VLLMBackend
@@ -68,10 +81,8 @@ __all__ = [
     "lookahead",
     "next_token_distribution",
     "on_zero_gpu",
+    "offered_model_name",
     "token_probabilities",
-    "matchers",
-    "prefix_caches",
-    "speculator",
     "use_backend",
 ]
 
@@ -181,25 +192,42 @@ def _check_model_name(model_name: object) -> str | None:
     return model_name
 
 
-def gpu_seconds(task: str, request: dict) -> int:
-    """The GPU duration `_on_gpu(task, request)` asks ZeroGPU for, in whole seconds (spaces drops a fraction)."""
-    if task == "generate":
-        return math.ceil(GENERATE_GPU_SECONDS + GENERATE_GPU_SECONDS_PER_TOKEN * request["max_new_tokens"])
-    if task == "attribution":  # a forward and a backward over the window, per integrated-gradients step
-        steps = request["steps"] if request["method"] == "integrated_gradients" else 1
-        return math.ceil(INTERACTION_GPU_SECONDS + ATTRIBUTION_GPU_SECONDS_PER_TOKEN_PASS * request["window"] * steps)
+def offered_model_name(model_name: object) -> str | None:
+    """`model_name` if this app offers it to visitors (None or "": the default); the web endpoints ask this, so a
+    visitor cannot make the server load an arbitrary model. The Python functions load any model they are given."""
+    if model_name not in (None, "", *available_models()):
+        raise ValueError(f"model_name must be one of {available_models()} (or left out), got {model_name!r}")
+    return model_name or None
+
+
+def _common(text: object, session: object, model_name: object, messages: object) -> dict:
+    """The fields every request shares, checked: the model's name, the conversation (and the model's chat
+    template), then the text (in chat mode the reply, which may still be empty)."""
+    model_name = _check_model_name(model_name)
+    chat = _check_messages(messages, model_name)
+    return dict(text=_check_text(text, chat), session=str(session), model_name=model_name, messages=chat)
+
+
+def gpu_seconds(request: Request) -> int:
+    """The GPU duration `_on_gpu(request)` asks ZeroGPU for, by the request's type, in whole seconds (spaces drops
+    a fraction)."""
+    if isinstance(request, GenerateRequest):
+        return math.ceil(GENERATE_GPU_SECONDS + GENERATE_GPU_SECONDS_PER_TOKEN * request.max_new_tokens)
+    if isinstance(request, AttributionRequest):  # a forward and a backward over the window, per step
+        steps = request.steps if request.method == "integrated_gradients" else 1
+        return math.ceil(INTERACTION_GPU_SECONDS + ATTRIBUTION_GPU_SECONDS_PER_TOKEN_PASS * request.window * steps)
     return INTERACTION_GPU_SECONDS
 
 
 @spaces.GPU(duration=gpu_seconds)
-def _on_gpu(task: str, request: dict) -> Iterator[dict]:
-    """Run one checked request; everything that touches the model runs here.
+def _on_gpu(request: Request) -> Iterator[dict]:
+    """Run one checked request; everything that touches the model runs here (`answer` dispatches on its type).
 
     One entry point, a generator (Continue streams): spaces keeps one worker pool per
     decorated function, so every endpoint's calls land in the same workers and share
     their session caches. Off ZeroGPU the decorator changes nothing.
     """
-    yield from answer(task, request)
+    yield from answer(request)
 
 
 BACKENDS = ("in-process", "vllm")
@@ -230,13 +258,6 @@ if os.environ.get("LOOKAHEAD_BACKEND"):
 def end_session(session: str) -> None:
     """Forget what the backend keeps for `session`: for a caller that makes no further call in it."""
     _backend.forget(str(session))
-
-
-def _last(results: Iterator[dict]) -> dict:
-    result: dict = {}
-    for result in results:
-        pass
-    return result
 
 
 def _sampling(
@@ -277,18 +298,13 @@ def next_token_distribution(
     With `messages` (earlier turns of a conversation) `text` is the assistant's reply being
     written, in the model's chat template (lookahead/chat.py); the same holds for every function here.
     """
-    chat = _check_messages(messages, _check_model_name(model_name))
-    text = _check_text(text, chat)
-    request = dict(
-        text=text,
-        messages=chat,
+    common = _common(text, session, model_name, messages)
+    return _backend.distribution(DistributionRequest(
+        **common,
         k=_check_int("k", k, 1, MAX_TOP_K),
         sampling=_sampling(temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty),
-        session=str(session),
-        model_name=_check_model_name(model_name),
-        constraint=_check_constraint(constraint, text, model_name),
-    )
-    return _last(_backend.serve("distribution", request))["distribution"]
+        constraint=_check_constraint(constraint, common["text"], common["model_name"]),
+    ))
 
 
 def token_probabilities(
@@ -308,15 +324,8 @@ def token_probabilities(
     an edit or a click only the new tokens are scored (`reused_tokens` were not run again). In chat
     mode (`messages`) the tokens listed are the reply's, scored after the whole conversation.
     """
-    chat = _check_messages(messages, _check_model_name(model_name))
-    request = dict(
-        text=_check_text(text, chat),
-        messages=chat,
-        k=_check_int("k", k, 1, MAX_ALTERNATIVES),
-        session=str(session),
-        model_name=_check_model_name(model_name),
-    )
-    return _last(_backend.serve("scores", request))
+    common = _common(text, session, model_name, messages)
+    return _backend.scores(ScoresRequest(**common, k=_check_int("k", k, 1, MAX_ALTERNATIVES)))
 
 
 def attribution(
@@ -338,8 +347,8 @@ def attribution(
     the tokens before it exactly as the text has them (a prefix re-tokenised could split otherwise).
     Runs in-process only.
     """
-    return _last(attribution_stream(text, target_token_id, method, steps, window, session=session,
-                                    model_name=model_name, messages=messages, at_token=at_token))
+    return last(attribution_stream(text, target_token_id, method, steps, window, session=session,
+                                   model_name=model_name, messages=messages, at_token=at_token))
 
 
 def attribution_stream(
@@ -349,22 +358,18 @@ def attribution_stream(
 ) -> Iterator[dict]:
     """`attribution`, with progress: {"done": k, "of": n} after each of its n passes over the window
     (integrated gradients takes several), then the result."""
-    chat = _check_messages(messages, _check_model_name(model_name))
-    text = _check_text(text, chat)
+    common = _common(text, session, model_name, messages)
     if target_token_id is not None:
-        _check_int("target_token_id", target_token_id, 0, len(load_tokenizer(model_name)) - 1)
-    request = dict(
-        text=text,
-        messages=chat,
+        _check_int("target_token_id", target_token_id, 0, len(load_tokenizer(common["model_name"])) - 1)
+    request = AttributionRequest(
+        **common,
         target_token_id=None if target_token_id is None else int(target_token_id),
         method=_check_choice("method", method, ATTRIBUTION_METHODS),
         steps=_check_int("steps", steps, 1, MAX_STEPS),
         window=_check_int("window", window, 1, MAX_WINDOW),
-        session=str(session),
-        model_name=_check_model_name(model_name),
-        at_token=_check_at_token(at_token, text, chat, model_name),
+        at_token=_check_at_token(at_token, common["text"], common["messages"], common["model_name"]),
     )
-    yield from _backend.serve("attribution", request)
+    yield from _backend.attribution(request)
 
 
 def _check_at_token(at_token: object, text: str, messages: Messages | None, model_name: str | None) -> int | None:
@@ -419,44 +424,18 @@ def lookahead(
     continue under it, and one that completes it ends there (`ends`). A branch also ends where it
     completes one of the `stop` strings: its text is cut before the string, and "stop" names it.
     """
-    chat = _check_messages(messages, _check_model_name(model_name))
-    text = _check_text(text, chat)
-    request = dict(
-        text=text,
-        messages=chat,
+    common = _common(text, session, model_name, messages)
+    request = LookaheadRequest(
+        **common,
         n_branches=_check_int("n_branches", n_branches, 1, MAX_BRANCHES),
         depth=_check_int("depth", depth, 1, MAX_DEPTH),
         sampling=_sampling(temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty),
         branch_mode=_check_choice("branch_mode", branch_mode, BRANCH_MODES),
         seed=_check_int("seed", seed, 0, MAX_SEED),
-        session=str(session),
-        model_name=_check_model_name(model_name),
-        constraint=_check_constraint(constraint, text, model_name),
+        constraint=_check_constraint(constraint, common["text"], common["model_name"]),
         stop=_check_stop(stop),
     )
-    return _last(_backend.serve("lookahead", request, precompute))
-
-
-def _generation_request(
-    text: object, max_new_tokens: object, method: object, session: object, model_name: object, messages: object,
-    constraint: object, stop: object,
-) -> dict:
-    chat = _check_messages(messages, _check_model_name(model_name))
-    text = _check_text(text, chat)
-    request = dict(
-        text=text,
-        messages=chat,
-        max_new_tokens=_check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS),
-        method=_check_choice("method", method, GENERATION_METHODS),
-        session=str(session),
-        model_name=_check_model_name(model_name),
-        constraint=_check_constraint(constraint, text, model_name),
-        stop=_check_stop(stop),
-    )
-    # On ZeroGPU a task that outlives its requested duration may be aborted, losing everything:
-    # stop a little before it instead, and say so.
-    request["time_limit"] = 0.9 * gpu_seconds("generate", request) if on_zero_gpu() else None
-    return request
+    return _backend.lookahead(request, precompute)
 
 
 def generate_stream(
@@ -465,8 +444,19 @@ def generate_stream(
     stop: list[str] | None = None,
 ) -> Iterator[dict]:
     """`generate`'s result after every forward pass, growing, for streaming into the UI."""
-    request = _generation_request(text, max_new_tokens, method, session, model_name, messages, constraint, stop)
-    yield from _backend.serve("generate", request)
+    common = _common(text, session, model_name, messages)
+    request = GenerateRequest(
+        **common,
+        max_new_tokens=_check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS),
+        method=_check_choice("method", method, GENERATION_METHODS),
+        constraint=_check_constraint(constraint, common["text"], common["model_name"]),
+        stop=_check_stop(stop),
+    )
+    if on_zero_gpu():
+        # A task that outlives its requested duration may be aborted, losing everything: stop a little before it
+        # instead, and say so.
+        request = replace(request, time_limit=0.9 * gpu_seconds(request))
+    yield from _backend.generate(request)
 
 
 def generate(
@@ -488,5 +478,5 @@ def generate(
     `stop`: the continuation ends where it completes one of these strings, cut before it ("text"
     and "token_texts"; "token_ids" run through the token that completed it).
     """
-    return _last(generate_stream(text, max_new_tokens, method, session=session, model_name=model_name,
-                                 messages=messages, constraint=constraint, stop=stop))
+    return last(generate_stream(text, max_new_tokens, method, session=session, model_name=model_name,
+                                messages=messages, constraint=constraint, stop=stop))

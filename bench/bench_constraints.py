@@ -22,8 +22,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import custom_llm_inference as cli  # noqa: E402
-from lookahead import in_process  # noqa: E402
+from lookahead.constraints import check_constraint  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
+from lookahead.in_process import matchers, prefix_caches  # noqa: E402
+from lookahead.results import stop_tokens  # noqa: E402
 
 STORY = ("The lighthouse stood at the edge of the world. Every evening the keeper climbed its hundred steps, lit the "
          "great lamp, and watched the sea. ") * 40  # ~1k tokens
@@ -55,7 +57,7 @@ def click_seconds(constraint: dict | None, repeats: int) -> float:
     constraint = None if constraint is None else {**constraint, "start": len(STORY)}
 
     def click() -> None:
-        cli.prefix_caches.clear()  # each repeat from the same warm state: the text's cache, then the click
+        prefix_caches.clear()  # each repeat from the same warm state: the text's cache, then the click
         cli.lookahead(text, 5, 3, session=session, constraint=constraint)
         start = time.perf_counter()
         cli.lookahead(taken, 5, 3, session=session, constraint=constraint)
@@ -70,9 +72,10 @@ def click_seconds(constraint: dict | None, repeats: int) -> float:
 def mask_microseconds(constraint: dict, n: int = 200) -> tuple[float, float]:
     """One mask and one advance of a guide just after the constraint's start (its busiest state: many tokens valid)."""
     model, tokenizer = cli.load_model()
-    checked = cli._check_constraint({**constraint, "start": None}, "Log:", None)
-    _, guide = in_process._context_and_guide(model, tokenizer, "Log:", "Log:", None, checked,
-                                             (cli.default_model_name(), "bench mask"))
+    checked = check_constraint({**constraint, "start": None}, "Log:")
+    _, guide = matchers.context_and_guide((cli.default_model_name(), "bench mask"), checked, tokenizer, "Log:", "Log:",
+                                          None, stop_tokens(None), model.config.get_text_config().vocab_size,
+                                          model.device)
     start = time.perf_counter()
     for _ in range(n):
         valid = guide.valid()

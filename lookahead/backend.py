@@ -3,8 +3,9 @@
   InProcess    (lookahead/in_process.py)    the model in this process; each session's KV cache kept here
   VLLMBackend  (lookahead/vllm_backend.py)  a vLLM server, through its OpenAI-compatible API
 
-`custom_llm_inference` checks every argument, then hands the checked request to the chosen backend;
-both build their answers with `lookahead/results.py`, so callers get the same dicts from either.
+`custom_llm_inference` checks every argument once and builds a typed request (lookahead/requests.py); the
+backend has one method per request type. Both build their answers with `lookahead/results.py`, so callers
+get the same dicts from either.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-TASKS = ("lookahead", "distribution", "scores", "generate", "attribution")
+from lookahead.requests import (
+    AttributionRequest,
+    DistributionRequest,
+    GenerateRequest,
+    LookaheadRequest,
+    ScoresRequest,
+)
 
 
 class BackendError(RuntimeError):
@@ -25,11 +32,23 @@ class BackendError(RuntimeError):
 class Backend(Protocol):
     batches: bool  # whether serving many calls at once helps (a server batching them), or only splits the cores
 
-    def serve(self, task: str, request: dict, precompute: bool = False) -> Iterator[dict]:
-        """Answer a checked request of one of TASKS (the "generate" task yields its growing result).
+    def lookahead(self, request: LookaheadRequest, precompute: bool = False) -> dict:
+        """The branches and the distribution. `precompute`: also compute, in the background, what taking each
+        branch gives (where the backend can)."""
+        ...
 
-        `precompute`: a "lookahead" may also compute, in the background, what taking each branch gives.
-        """
+    def distribution(self, request: DistributionRequest) -> list[dict]:
+        ...
+
+    def scores(self, request: ScoresRequest) -> dict:
+        ...
+
+    def generate(self, request: GenerateRequest) -> Iterator[dict]:
+        """The growing continuation, after every forward pass."""
+        ...
+
+    def attribution(self, request: AttributionRequest) -> Iterator[dict]:
+        """{"done", "of"} after each pass over the window, then the result."""
         ...
 
     def forget(self, session: str) -> None:

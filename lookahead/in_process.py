@@ -1,9 +1,9 @@
-"""The in-process backend: the text-level functions behind custom_llm_inference, with the model here.
+"""The in-process backend: the model in this process, and each session's caches kept here.
 
-custom_llm_inference checks every argument and hands the checked request to `InProcess.serve`; the
-request then runs in the one `@spaces.GPU` entry point, which calls `answer`. Everything here works
-on checked values. Each session's KV cache, precomputed answers and constraint matchers are kept in
-this process (`prefix_caches`, `speculator`, `matchers`).
+custom_llm_inference checks every argument and hands a typed request (lookahead/requests.py) to one of
+`InProcess`'s methods; the request then runs in the one `@spaces.GPU` entry point, which calls `answer`.
+Each session's KV cache, precomputed answers and constraint matchers are kept in this process
+(`prefix_caches`, `speculator`, `matchers`).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import NamedTuple
 
 import torch
@@ -19,16 +20,19 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from lookahead.attribution import attribute_stepwise, passes
 from lookahead.branches import Lookahead, get_lookahead_sequences
 from lookahead.chat import as_dicts, encode
-from lookahead.constraints import Constraint, Guide, MatcherStore
+from lookahead.constraints import MatcherStore
+from lookahead.context import read_prompt, read_scored_text
 from lookahead.decoding import greedy_passes, lookahead_passes
-from lookahead.healing import allowed_first_tokens, split_for_healing
-from lookahead.models import (
-    default_model_name,
-    load_model,
-    model_pass_costs,
-    on_zero_gpu,
-)
+from lookahead.models import load_model, model_pass_costs, on_zero_gpu
 from lookahead.prefix_cache import PrefixCacheStore, common_prefix_length, forget_session
+from lookahead.requests import (
+    AttributionRequest,
+    DistributionRequest,
+    GenerateRequest,
+    LookaheadRequest,
+    Request,
+    ScoresRequest,
+)
 from lookahead.results import (
     DISTRIBUTION_ROWS,
     REFUSED_ROWS,
@@ -38,16 +42,14 @@ from lookahead.results import (
     context_info,
     distribution_entries,
     eos_ids,
+    last,
+    scores_result,
     stop_tokens,
     text_token_places,
-    token_entries,
-    window_start,
 )
-from lookahead.sampling import PLAIN, Sampling
-from lookahead.scoring import extend_and_score, unscored
+from lookahead.sampling import Sampling
+from lookahead.scoring import extend_and_score
 from lookahead.speculation import ScratchStore, Speculator
-
-Messages = tuple[tuple[str, str], ...]  # chat mode's earlier turns, (role, content)
 
 prefix_caches = PrefixCacheStore()
 speculator = Speculator(prefix_caches)
@@ -57,30 +59,37 @@ matchers = MatcherStore()
 class InProcess:
     """The default backend: the model in this process (on ZeroGPU, in its GPU workers), sessions' caches kept here.
 
-    `on_gpu(task, request)` runs a checked request where the model is (custom_llm_inference's one
-    `@spaces.GPU` function, which calls `answer`).
+    `on_gpu(request)` runs a checked request where the model is (custom_llm_inference's one `@spaces.GPU`
+    function, which calls `answer`). Every call goes through `_serve`: it pre-empts precomputation, and may
+    find its answer ready.
     """
 
     batches = False  # calls share this process's cores: serving several at once only splits them
 
-    def __init__(self, on_gpu: Callable[[str, dict], Iterator[dict]]) -> None:
+    def __init__(self, on_gpu: Callable[[Request], Iterator[dict]]) -> None:
         self.on_gpu = on_gpu
 
-    def serve(self, task: str, request: dict, precompute: bool = False) -> Iterator[dict]:
-        if task == "scores":
-            # Scores the session already holds (the branches' pass scored the new tokens) need no model
-            # work: answered here, without pre-empting the precomputation that pass started.
-            ready = _token_probabilities(**request, stored_only=True)
-            if ready is not None:
-                yield ready
-                return
-        result = None
-        for result in self._serve(task, request):
-            yield result
-        if precompute and task == "lookahead" and not on_zero_gpu():
-            taken = [{**request, "text": request["text"] + branch["text"]} for branch in result["branches"]]
-            key = (request["model_name"] or default_model_name(), request["session"])
-            speculator.start(key, "lookahead", taken, lambda r, scratch: _lookahead(**r, store=scratch))
+    def lookahead(self, request: LookaheadRequest, precompute: bool = False) -> dict:
+        result = last(self._serve(request))
+        if precompute and not on_zero_gpu():
+            taken = [replace(request, text=request.text + branch["text"]) for branch in result["branches"]]
+            speculator.start(request.key, taken, lambda taken, scratch: _lookahead(taken, store=scratch))
+        return result
+
+    def distribution(self, request: DistributionRequest) -> list[dict]:
+        return last(self._serve(request))["distribution"]
+
+    def scores(self, request: ScoresRequest) -> dict:
+        # Scores the session already holds (the branches' pass scored the new tokens) need no model
+        # work: answered here, without pre-empting the precomputation that pass started.
+        ready = _token_probabilities(request, stored_only=True)
+        return ready if ready is not None else last(self._serve(request))
+
+    def generate(self, request: GenerateRequest) -> Iterator[dict]:
+        yield from self._serve(request)
+
+    def attribution(self, request: AttributionRequest) -> Iterator[dict]:
+        yield from self._serve(request)
 
     def forget(self, session: str) -> None:
         """Drop everything kept for `session`: its KV caches, token listings and constraint matchers.
@@ -91,34 +100,33 @@ class InProcess:
         listings.forget(session)
         matchers.forget(session)
 
-    def _serve(self, task: str, request: dict) -> Iterator[dict]:
-        """In-process, every call goes through here: it pre-empts precomputation, and may find its answer ready."""
-        key = (request.get("model_name") or default_model_name(), request.get("session"))
-        answer = speculator.arrived(key, task, request)
+    def _serve(self, request: Request) -> Iterator[dict]:
+        ready = speculator.arrived(request.key, request)
         try:
-            ready = speculator.claim(key, answer) if answer else None
-            if ready is not None:
-                yield ready
+            result = speculator.claim(request.key, ready) if ready else None
+            if result is not None:
+                yield result
             else:
-                yield from self.on_gpu(task, request)
+                yield from self.on_gpu(request)
         finally:
             speculator.finished()
 
 
-def answer(task: str, request: dict) -> Iterator[dict]:
+def answer(request: Request) -> Iterator[dict]:
     """Run one checked request with the model in this process (inside the GPU entry point)."""
-    if task == "generate":
-        yield from _generation(**request)
-    elif task == "lookahead":
-        yield _lookahead(**request)
-    elif task == "distribution":
-        yield _next_tokens(**request)
-    elif task == "scores":
-        yield _token_probabilities(**request)
-    elif task == "attribution":
-        yield from _attribution(**request)
-    else:
-        raise ValueError(f"unknown task {task!r}")
+    match request:
+        case LookaheadRequest():
+            yield _lookahead(request)
+        case DistributionRequest():
+            yield _next_tokens(request)
+        case ScoresRequest():
+            yield _token_probabilities(request)
+        case GenerateRequest():
+            yield from _generation(request)
+        case AttributionRequest():
+            yield from _attribution(request)
+        case _:
+            raise TypeError(f"not a request: {request!r}")
 
 
 def _distribution(run: _Run, sampling: Sampling, k: int, ids: list[int] | None = None) -> list[dict]:
@@ -157,74 +165,39 @@ class _Run(NamedTuple):
     context: torch.Tensor  # (1, T) the token ids scored
 
 
-def _run(
-    text: str,
-    n_branches: int,
-    depth: int,
-    session: str,
-    model_name: str | None,
-    sampling: Sampling = PLAIN,
-    branch_mode: str = "greedy",
-    seed: int = 0,
-    store: PrefixCacheStore | ScratchStore = prefix_caches,
-    messages: Messages | None = None,
-    constraint: Constraint | None = None,
-) -> _Run:
+def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore = prefix_caches) -> _Run:
     """Tokenize (healing trailing whitespace), reuse the session's cache from `store`, and compute the branches."""
-    model, tokenizer = load_model(model_name)
-    prefix, healed = split_for_healing(text, tokenizer)
-    key = (model_name or default_model_name(), session)
-    ids, guide = _context_and_guide(model, tokenizer, text, prefix, messages, constraint, key)
-    dropped = window_start(len(ids), _context_limit(model) - depth, _context_limit(model))
-    ids = ids[dropped:]
-    cache, reused, known_scores = store.take(key, ids)
-    allowed = None
-    if healed:
-        allowed = allowed_first_tokens(tokenizer, healed, model.config.get_text_config().vocab_size, model.device)
-    context = torch.tensor([ids], device=model.device)
-    generator = torch.Generator(device=model.device).manual_seed(seed)
+    model, tokenizer = load_model(request.model_name)
+    vocab_size = model.config.get_text_config().vocab_size
+    prompt = read_prompt(request, tokenizer, matchers, _context_limit(model), request.depth, vocab_size, model.device)
+    cache, reused, known_scores = store.take(request.key, prompt.ids)
+    context = torch.tensor([prompt.ids], device=model.device)
+    generator = torch.Generator(device=model.device).manual_seed(request.seed)
     result = get_lookahead_sequences(
-        model, context, n_branches, depth, cache, allowed, sampling, branch_mode, generator, known_scores, guide
+        model, context, request.n_branches, request.depth, cache, prompt.allowed, request.sampling,
+        request.branch_mode, generator, known_scores, prompt.guide,
     )
     continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
-    store.put(key, ids, result.cache, continuations, result.scores)
-    info = context_info(key[0], str(model.device), len(ids), reused, dropped, healed)
-    return _Run(result, info, allowed, healed, tokenizer, context)
-
-
-def _context_and_guide(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, text: str, prefix: str, messages: Messages | None,
-    constraint: Constraint | None, key: tuple[str, str],
-) -> tuple[list[int], Guide | None]:
-    """The context's token ids and the constraint's state after them (MatcherStore.context_and_guide)."""
-    vocab_size = model.config.get_text_config().vocab_size
-    return matchers.context_and_guide(key, constraint, tokenizer, text, prefix, as_dicts(messages), stop_tokens(key[0]),
-                                      vocab_size, model.device)
+    store.put(request.key, prompt.ids, result.cache, continuations, result.scores)
+    info = context_info(request.model, str(model.device), len(prompt.ids), reused, prompt.dropped, prompt.healed)
+    return _Run(result, info, prompt.allowed, prompt.healed, tokenizer, context)
 
 
 def _context_limit(model: PreTrainedModel) -> int:
     return int(model.config.get_text_config().max_position_embeddings)
 
 
-def _next_tokens(
-    text: str, k: int, sampling: Sampling, session: str, model_name: str | None, messages: Messages | None,
-    constraint: Constraint | None,
-) -> dict:
-    run = _run(text, 1, 1, session, model_name, messages=messages, constraint=constraint)
-    return {"distribution": _distribution(run, sampling, k)}
+def _next_tokens(request: DistributionRequest) -> dict:
+    """The distribution: the branches' pass with one branch of one token (the sampling shapes p_final only)."""
+    one_token = LookaheadRequest(text=request.text, session=request.session, model_name=request.model_name,
+                                 messages=request.messages, constraint=request.constraint, n_branches=1, depth=1)
+    return {"distribution": _distribution(_run(one_token), request.sampling, request.k)}
 
 
-def _token_probabilities(
-    text: str, k: int, session: str, model_name: str | None, messages: Messages | None, stored_only: bool = False
-) -> dict | None:
-    model, tokenizer = load_model(model_name)
-    encoding, text_start = encode(
-        tokenizer, text, as_dicts(messages), return_offsets_mapping=True, return_special_tokens_mask=True
-    )
-    all_ids = encoding["input_ids"]
-    dropped = window_start(len(all_ids), _context_limit(model) - 1, _context_limit(model))
-    ids = all_ids[dropped:]
-    key = (model_name or default_model_name(), session)
+def _token_probabilities(request: ScoresRequest, stored_only: bool = False) -> dict | None:
+    model, tokenizer = load_model(request.model_name)
+    scored = read_scored_text(request, tokenizer, _context_limit(model))
+    key, ids = request.key, scored.ids
     rows, reused = prefix_caches.scores(key, ids), len(ids)
     if rows is None and stored_only:
         return None
@@ -232,13 +205,11 @@ def _token_probabilities(
         cache, reused, known = prefix_caches.take(key, ids, scored=True)
         _, rows = extend_and_score(model, torch.tensor([ids], device=model.device), cache, known)
         prefix_caches.put(key, ids, cache, (), rows)
-    if dropped:
-        rows = unscored(torch.tensor(all_ids[:dropped])).then(rows)
-    tokens = token_entries(rows, k, tokenizer, encoding["offset_mapping"], encoding["special_tokens_mask"], text_start,
-                           len(text), listings.earlier(key, all_ids, dropped, k))
-    listings.keep(key, all_ids, dropped, k, tokens)
-    return {"model": key[0], "context_tokens": len(ids), "reused_tokens": reused, "truncated_tokens": dropped,
-            "tokens": tokens}
+    all_ids = scored.encoding["input_ids"]
+    result = scores_result(request.model, scored, rows, reused, request.k, tokenizer, len(request.text),
+                           listings.earlier(key, all_ids, scored.dropped, request.k))
+    listings.keep(key, all_ids, scored.dropped, request.k, result["tokens"])
+    return result
 
 
 class Listings:
@@ -280,65 +251,61 @@ class Listings:
 listings = Listings()
 
 
-def _lookahead(
-    text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
-    model_name: str | None, messages: Messages | None, constraint: Constraint | None, stop: tuple[str, ...],
-    store: PrefixCacheStore | ScratchStore = prefix_caches,
-) -> dict:
-    run = _run(text, n_branches, depth, session, model_name, sampling, branch_mode, seed, store, messages, constraint)
+def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore = prefix_caches) -> dict:
+    run = _run(request, store)
+    sampling = request.sampling
     sequences = run.result.sequences.tolist()
     firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])
-    stops = eos_ids(load_model(model_name)[0].generation_config)
-    branches = branch_entries(sequences, stops, firsts, run.healed, run.tokenizer, stop)
-    listed = _distribution(run, sampling, max(DISTRIBUTION_ROWS, n_branches))
+    stops = eos_ids(load_model(request.model_name)[0].generation_config)
+    branches = branch_entries(sequences, stops, firsts, run.healed, run.tokenizer, request.stop)
+    listed = _distribution(run, sampling, max(DISTRIBUTION_ROWS, request.n_branches))
     return {
         **run.info,
         "sampling": sampling.as_dict(),
-        "branch_mode": branch_mode,
-        "seed": seed,
+        "branch_mode": request.branch_mode,
+        "seed": request.seed,
         "distribution": listed + _refused(run, sampling, listed),
         "branches": branches,
     }
 
 
-def _generation(
-    text: str, max_new_tokens: int, method: str, session: str, model_name: str | None, messages: Messages | None,
-    constraint: Constraint | None, stop: tuple[str, ...], time_limit: float | None,
-) -> Iterator[dict]:
+def _generation(request: GenerateRequest) -> Iterator[dict]:
     """The growing continuation after every pass; stops at EOS, a stop string, `max_new_tokens` or `time_limit` seconds.
 
-    In-process a continuation keeps no KV cache, so `session` only keys the constraint's matchers."""
-    model, tokenizer = load_model(model_name)
-    key = (model_name or default_model_name(), session)
-    ids, guide = _context_and_guide(model, tokenizer, text, text, messages, constraint, key)
-    max_new_tokens = min(max_new_tokens, _context_limit(model) - 1)  # keep a token of the text to continue
+    In-process a continuation keeps no KV cache, so the session only keys the constraint's matchers."""
+    model, tokenizer = load_model(request.model_name)
+    vocab_size = model.config.get_text_config().vocab_size
+    ids, guide = matchers.context_and_guide(request.key, request.constraint, tokenizer, request.text, request.text,
+                                            as_dicts(request.messages), stop_tokens(request.model), vocab_size,
+                                            model.device)
+    max_new_tokens = min(request.max_new_tokens, _context_limit(model) - 1)  # keep a token of the text to continue
     dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
-    continuation = Continuation(tokenizer, method, key[0], dropped, stop)
+    continuation = Continuation(tokenizer, request.method, request.model, dropped, request.stop)
     stops = eos_ids(model.generation_config)
-    if method == "lookahead":
-        steps = lookahead_passes(model, ids[dropped:], max_new_tokens, stops, model_pass_costs(model_name), guide)
+    if request.method == "lookahead":
+        costs = model_pass_costs(request.model_name)
+        steps = lookahead_passes(model, ids[dropped:], max_new_tokens, stops, costs, guide)
     else:
         steps = greedy_passes(model, ids[dropped:], max_new_tokens, stops, guide)
-    yield from continuation.follow(((step.tokens, step.sources) for step in steps), time_limit)
+    yield from continuation.follow(((step.tokens, step.sources) for step in steps), request.time_limit)
 
 
-def _attribution(
-    text: str, target_token_id: int | None, method: str, steps: int, window: int, session: str,
-    model_name: str | None, messages: Messages | None, at_token: int | None,
-) -> Iterator[dict]:
+def _attribution(request: AttributionRequest) -> Iterator[dict]:
     """Each token's share in the model's probability of the next token (lookahead/attribution.py), over the
     last `window` tokens of the context (in chat mode the conversation's, the reply's tokens listed); with
     `at_token`, of that token's place in the text instead, from the tokens before it. Yields {"done", "of"}
     after each pass over the window, then the result."""
-    model, tokenizer = load_model(model_name)
+    model, tokenizer = load_model(request.model_name)
+    text, method, steps = request.text, request.method, request.steps
     encoding, text_start = encode(
-        tokenizer, text, as_dicts(messages), return_offsets_mapping=True, return_special_tokens_mask=True
+        tokenizer, text, as_dicts(request.messages), return_offsets_mapping=True, return_special_tokens_mask=True
     )
     places = text_token_places(encoding, text_start, len(text))
-    cut, chars = (len(encoding["input_ids"]), len(text)) if at_token is None else places[at_token]
+    cut, chars = (len(encoding["input_ids"]), len(text)) if request.at_token is None else places[request.at_token]
     all_ids, offsets, special = (encoding[k][:cut] for k in ("input_ids", "offset_mapping", "special_tokens_mask"))
-    dropped = max(0, len(all_ids) - min(window, _context_limit(model)))
+    dropped = max(0, len(all_ids) - min(request.window, _context_limit(model)))
     ids = all_ids[dropped:]
+    target_token_id = request.target_token_id
     if target_token_id is None:
         with torch.inference_mode():
             logits = model(torch.tensor([ids], device=model.device), use_cache=False, logits_to_keep=1).logits

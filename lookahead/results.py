@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Collection, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerBase
@@ -16,11 +17,22 @@ from transformers import GenerationConfig, PreTrainedTokenizerBase
 from lookahead.healing import token_texts
 from lookahead.models import load_generation_config
 from lookahead.sampling import ranked
-from lookahead.scoring import Scores, token_spans
+from lookahead.scoring import Scores, token_spans, unscored
+
+if TYPE_CHECKING:
+    from lookahead.context import ScoredText
 
 WINDOW_STEP = 0.25  # past the context, the window's start moves by this share of it at a time
 DISTRIBUTION_ROWS = 10  # a lookahead's distribution lists at least this many tokens: the page plots them
 REFUSED_ROWS = 3  # under a constraint it then lists the likeliest tokens the constraint refuses
+
+
+def last(results: Iterable[dict]) -> dict:
+    """The last of a stream of growing results (a whole answer from a streaming call)."""
+    result: dict = {}
+    for result in results:
+        pass
+    return result
 
 
 def window_start(n_tokens: int, room: int, context: int) -> int:
@@ -165,6 +177,20 @@ def token_entries(
                              for i, q in zip(top_ids, top_probs) if i >= 0] if scored else None,
         })
     return entries
+
+
+def scores_result(
+    model: str, scored: ScoredText, rows: Scores, reused: int, k: int, tokenizer: PreTrainedTokenizerBase,
+    text_length: int, earlier: tuple[list[dict], int] = ([], 0),
+) -> dict:
+    """token_probabilities' answer from the window's score rows (the tokens before the window: unscored)."""
+    encoding = scored.encoding
+    if scored.dropped:
+        rows = unscored(torch.tensor(encoding["input_ids"][: scored.dropped])).then(rows)
+    tokens = token_entries(rows, k, tokenizer, encoding["offset_mapping"], encoding["special_tokens_mask"],
+                           scored.text_start, text_length, earlier)
+    return {"model": model, "context_tokens": len(scored.ids), "reused_tokens": reused,
+            "truncated_tokens": scored.dropped, "tokens": tokens}
 
 
 def text_tokens(

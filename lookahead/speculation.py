@@ -28,7 +28,7 @@ from transformers import DynamicCache
 from lookahead.prefix_cache import Continuation, Entry, PrefixCacheStore, Taken, append_known_continuation
 from lookahead.scoring import Scores
 
-Request = dict  # the checked arguments of one call (custom_llm_inference builds them)
+Request = Hashable  # a typed request (lookahead/requests.py): frozen, equal exactly when every field is
 # The reply that just finished still has to reach the page and be drawn (~200 ms of this 2-core
 # CPU's time for server and browser): the job waits this long first, so it does not compete with it.
 REPLY_GRACE_SECONDS = 0.25
@@ -73,7 +73,6 @@ class ScratchStore:
 
 class _Job(NamedTuple):
     key: Hashable
-    task: str
     requests: list[Request]
     compute: Callable[[Request, ScratchStore], dict]
     ticket: int  # the count of real requests when it was made: once that moves, it stops
@@ -85,7 +84,7 @@ class Speculator:
     def __init__(self, store: PrefixCacheStore):
         self.store = store
         self._lock = threading.Lock()
-        self._ready: dict[Hashable, dict[Hashable, tuple]] = {}  # session key -> request signature -> answer
+        self._ready: dict[Hashable, dict[Request, tuple]] = {}  # session key -> request -> answer
         self._arrivals = 0  # real requests so far: a job stops once this moves
         self._running = 0  # real requests being computed now
         self._idle = threading.Condition(self._lock)  # notified when a job is published or one ends
@@ -94,12 +93,12 @@ class Speculator:
         self._worker: threading.Thread | None = None  # started with the first job
         self.served = 0  # clicks answered from a ready answer
 
-    def arrived(self, key: Hashable, task: str, request: Request) -> tuple | None:
-        """A real request arrives: pre-empt the job; return its ready answer if there is one."""
+    def arrived(self, key: Hashable, request: Request) -> tuple | None:
+        """A real request arrives: pre-empt the job; return its ready answer if it is one (an equal request's)."""
         with self._lock:
             self._arrivals += 1
             self._running += 1
-            return self._ready.pop(key, {}).get(signature(task, request))
+            return self._ready.pop(key, {}).get(request)
 
     def finished(self) -> None:
         with self._lock:
@@ -115,9 +114,9 @@ class Speculator:
         return result
 
     def start(
-        self, key: Hashable, task: str, requests: list[Request], compute: Callable[[Request, ScratchStore], dict]
+        self, key: Hashable, requests: list[Request], compute: Callable[[Request, ScratchStore], dict]
     ) -> None:
-        """Precompute `task` for `requests` (in order) in the background, unless another request is running.
+        """Precompute the answers to `requests` (in order) in the background, unless another request is running.
 
         The one worker thread takes the newest job when it is free: a job is published, and the worker
         started, under the lock, so `wait` sees either no work or work under way, never a thread not yet
@@ -127,7 +126,7 @@ class Speculator:
         with self._lock:
             if self._running:
                 return  # other visitors are waiting: their requests come first
-            self._pending = _Job(key, task, requests, compute, self._arrivals)
+            self._pending = _Job(key, requests, compute, self._arrivals)
             if self._worker is None:
                 self._worker = threading.Thread(target=self._work, name="precompute", daemon=True)
                 self._worker.start()
@@ -152,8 +151,7 @@ class Speculator:
                     self._idle.notify_all()
 
     def _run(
-        self, key: Hashable, task: str, requests: list[Request], compute: Callable[[Request, ScratchStore], dict],
-        ticket: int,
+        self, key: Hashable, requests: list[Request], compute: Callable[[Request, ScratchStore], dict], ticket: int
     ) -> None:
         def checkpoint() -> None:
             if self._arrivals != ticket:
@@ -165,7 +163,7 @@ class Speculator:
         entry = self.store.copy(key)  # here, not in start(): the copy is work the request need not wait for
         if entry is None:
             return
-        ready: dict[Hashable, tuple] = {}
+        ready: dict[Request, tuple] = {}
         for request in requests:
             scratch = ScratchStore(entry)
             try:
@@ -178,7 +176,7 @@ class Speculator:
             except Exception:  # noqa: BLE001 - a failed guess must never reach the writer; say so in the log
                 log.exception("precomputing a branch failed; the click will compute it instead")
                 return
-            ready[signature(task, request)] = (entry.ids, scratch.recorded, result)
+            ready[request] = (entry.ids, scratch.recorded, result)
             with self._lock:
                 if self._arrivals != ticket:
                     return
@@ -210,6 +208,3 @@ def _checked_in_every_module_call(checkpoint: Callable[[], None]) -> Iterator[No
     finally:
         handle.remove()
 
-
-def signature(task: str, request: Request) -> Hashable:
-    return task, tuple(sorted(request.items()))

@@ -42,19 +42,25 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from lookahead.backend import BackendError
-from lookahead.chat import as_dicts, encode
-from lookahead.constraints import Constraint, Guide, MatcherStore
-from lookahead.healing import allowed_first_tokens, split_for_healing
-from lookahead.models import default_model_name, load_tokenizer
+from lookahead.chat import as_dicts
+from lookahead.constraints import Guide, MatcherStore
+from lookahead.context import read_prompt, read_scored_text
+from lookahead.models import load_tokenizer
+from lookahead.requests import (
+    AttributionRequest,
+    DistributionRequest,
+    GenerateRequest,
+    LookaheadRequest,
+    ScoresRequest,
+)
 from lookahead.results import (
     DISTRIBUTION_ROWS,
     Continuation,
     branch_entries,
     context_info,
     distribution_entries,
+    scores_result,
     stop_tokens,
-    token_entries,
-    window_start,
 )
 from lookahead.sampling import PLAIN, Sampling
 from lookahead.scoring import Scores, unscored
@@ -94,6 +100,7 @@ class Context:
     healed: str  # trailing whitespace backed up by token healing
     model: str
     salt: str  # the session's cache salt
+    allowed: torch.Tensor | None = None  # healing's mask over the first token
     guide: Guide | None = None  # a constraint's state after the text
 
 
@@ -183,109 +190,65 @@ class VLLMBackend:
         self._served: dict[str, Served] = {}  # checked models; forgotten when the server drops out
         self.matchers = MatcherStore()  # each session's constraint matchers, as in-process
 
-    def serve(self, task: str, request: dict, precompute: bool = False) -> Iterator[dict]:
-        """One checked request; `precompute` is not needed here (the server's prefix cache keeps the text)."""
-        if task == "generate":
-            yield from self._generate(**request)
-        elif task == "lookahead":
-            yield self._lookahead(**request)
-        elif task == "distribution":
-            yield self._distribution(**request)
-        elif task == "scores":
-            yield self._scores(**request)
-        elif task == "attribution":
-            raise ValueError("attribution needs the model's weights and gradients in this process; the vLLM server "
-                             "returns log-probabilities only: ask it of the in-process backend (use_backend())")
-        else:
-            raise ValueError(f"unknown task {task!r}")
-
-    def forget(self, session: str) -> None:
-        """Drop the session's constraint matchers (the server's cache is salted per session: nobody else reuses it)."""
-        self.matchers.forget(session)
-
-    # The four tasks
-
-    def _lookahead(
-        self, text: str, n_branches: int, depth: int, sampling: Sampling, branch_mode: str, seed: int, session: str,
-        model_name: str | None, messages: tuple | None, constraint: Constraint | None, stop: tuple[str, ...],
-    ) -> dict:
-        context, allowed = self._context(text, messages, model_name, session, room=depth, constraint=constraint)
+    def lookahead(self, request: LookaheadRequest, precompute: bool = False) -> dict:
+        """The branches; `precompute` is not needed here (the server's prefix cache keeps the text)."""
+        context = self._context(request, room=request.depth)
+        sampling, n_branches = request.sampling, request.n_branches
         rows = max(DISTRIBUTION_ROWS, n_branches)
         top, reused = self._next_tokens(context, rows)
         valid = None if context.guide is None else context.guide.valid()
-        logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed, valid)
+        logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling,
+                                                     context.allowed, valid)
         distribution = distribution_entries(logprobs, final, rows, context.tokenizer, valid=valid)
         firsts = distribution[:n_branches]  # the branches start from the best tokens by p_final
         if valid is not None:
-            firsts = [f for f in firsts if f["valid"]] or [self._constrained_first(context, sampling, allowed)]
+            firsts = [f for f in firsts if f["valid"]] or [self._constrained_first(context, sampling)]
         if context.guide is None:
-            sequences = self._continue_branches(context, [f["token_id"] for f in firsts], depth, sampling, branch_mode,
-                                                seed)
+            sequences = self._continue_branches(context, [f["token_id"] for f in firsts], request)
         else:
-            sequences = [self._continue_constrained(context, f["token_id"], depth, sampling, branch_mode, seed)
-                         for f in firsts]
+            sequences = [self._continue_constrained(context, f["token_id"], request) for f in firsts]
         stops = stop_tokens(context.model)
         return {
             **self._info(context, reused, exact),
             "sampling": sampling.as_dict(),
-            "branch_mode": branch_mode,
-            "seed": seed,
+            "branch_mode": request.branch_mode,
+            "seed": request.seed,
             "distribution": distribution,
-            "branches": branch_entries(sequences, stops, firsts, context.healed, context.tokenizer, stop),
+            "branches": branch_entries(sequences, stops, firsts, context.healed, context.tokenizer, request.stop),
         }
 
-    def _distribution(
-        self, text: str, k: int, sampling: Sampling, session: str, model_name: str | None, messages: tuple | None,
-        constraint: Constraint | None,
-    ) -> dict:
-        context, allowed = self._context(text, messages, model_name, session, room=1, constraint=constraint)
-        top, _ = self._next_tokens(context, k)
+    def distribution(self, request: DistributionRequest) -> list[dict]:
+        context = self._context(request, room=1)
+        top, _ = self._next_tokens(context, request.k)
         valid = None if context.guide is None else context.guide.valid()
-        logprobs, final, _ = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling, allowed, valid)
-        return {"distribution": distribution_entries(logprobs, final, k, context.tokenizer, valid=valid)}
+        logprobs, final, _ = next_token_logprobs(top, len(context.tokenizer), context.ids, request.sampling,
+                                                 context.allowed, valid)
+        return distribution_entries(logprobs, final, request.k, context.tokenizer, valid=valid)
 
-    def _scores(self, text: str, k: int, session: str, model_name: str | None, messages: tuple | None) -> dict:
-        model = model_name or default_model_name()
-        limit = self._model(model).max_model_len
-        tokenizer = load_tokenizer(model)
-        encoding, text_start = encode(
-            tokenizer, text, as_dicts(messages), return_offsets_mapping=True, return_special_tokens_mask=True
-        )
-        all_ids = encoding["input_ids"]
-        dropped = window_start(len(all_ids), limit - 1, limit)
-        ids = all_ids[dropped:]
-        width = self.logprobs
-        body = {**self._fields(model, ids, 1, session_salt(model, session)), "prompt_logprobs": max(k, width)}
-        answer = self._complete(body, needed=k, field="prompt_logprobs")
-        rows = score_rows(ids, answer["choices"][0]["prompt_logprobs"], max(k, width))
-        if dropped:
-            rows = unscored(torch.tensor(all_ids[:dropped])).then(rows)
-        return {
-            "model": model,
-            "context_tokens": len(ids),
-            "reused_tokens": _cached_tokens(answer),
-            "truncated_tokens": dropped,
-            "tokens": token_entries(rows, k, tokenizer, encoding["offset_mapping"], encoding["special_tokens_mask"],
-                                    text_start, len(text)),
-        }
+    def scores(self, request: ScoresRequest) -> dict:
+        tokenizer = load_tokenizer(request.model)
+        scored = read_scored_text(request, tokenizer, self._model(request.model).max_model_len)
+        width = max(request.k, self.logprobs)
+        body = {**self._fields(request.model, scored.ids, 1, session_salt(*request.key)), "prompt_logprobs": width}
+        answer = self._complete(body, needed=request.k, field="prompt_logprobs")
+        rows = score_rows(scored.ids, answer["choices"][0]["prompt_logprobs"], width)
+        return scores_result(request.model, scored, rows, _cached_tokens(answer), request.k, tokenizer,
+                             len(request.text))
 
-    def _generate(
-        self, text: str, max_new_tokens: int, method: str, session: str, model_name: str | None,
-        messages: tuple | None, constraint: Constraint | None, stop: tuple[str, ...], time_limit: float | None,
-    ) -> Iterator[dict]:
-        """The server's greedy continuation, streamed (one server step per token: `method` has no say here).
+    def generate(self, request: GenerateRequest) -> Iterator[dict]:
+        """The server's greedy continuation, streamed (one server step per token: the method has no say here).
 
         Under a constraint, one request per token, each allowing only the tokens the constraint allows next."""
-        model = model_name or default_model_name()
+        model = request.model
         limit = self._model(model).max_model_len
         tokenizer = load_tokenizer(model)
         stops = stop_tokens(model)
-        ids, guide = self.matchers.context_and_guide((model, session), constraint, tokenizer, text, text,
-                                                     as_dicts(messages), stops, len(tokenizer),
+        ids, guide = self.matchers.context_and_guide(request.key, request.constraint, tokenizer, request.text,
+                                                     request.text, as_dicts(request.messages), stops, len(tokenizer),
                                                      torch.device("cpu"))
-        max_new_tokens = min(max_new_tokens, limit - 1)  # keep a token of the text to continue
+        max_new_tokens = min(request.max_new_tokens, limit - 1)  # keep a token of the text to continue
         dropped = max(0, len(ids) - (limit - max_new_tokens))
-        salt = session_salt(model, session)
+        salt = session_salt(*request.key)
         if guide is None:
             body = {**self._fields(model, ids[dropped:], max_new_tokens, salt), "stream": True,
                     "ignore_eos": False, "stop_token_ids": sorted(stops)}
@@ -295,7 +258,15 @@ class VLLMBackend:
         else:
             passes = (([token], ["step"]) for token in self._constrained_tokens(model, ids[dropped:], guide, stops,
                                                                              max_new_tokens, salt))
-        yield from Continuation(tokenizer, "greedy", model, dropped, stop).follow(passes, time_limit)
+        yield from Continuation(tokenizer, "greedy", model, dropped, request.stop).follow(passes, request.time_limit)
+
+    def attribution(self, request: AttributionRequest) -> Iterator[dict]:
+        raise ValueError("attribution needs the model's weights and gradients in this process; the vLLM server "
+                         "returns log-probabilities only: ask it of the in-process backend (use_backend())")
+
+    def forget(self, session: str) -> None:
+        """Drop the session's constraint matchers (the server's cache is salted per session: nobody else reuses it)."""
+        self.matchers.forget(session)
 
     def _constrained_tokens(
         self, model: str, ids: list[int], guide: Guide, stops: Collection[int], n: int, salt: str,
@@ -304,16 +275,13 @@ class VLLMBackend:
         """Up to `n` tokens, each the server's choice among those `guide` allows (the first also among
         `first_allowed`): greedy after the penalties, or drawn by the server (`sample`); stops after an end token."""
         ids = list(ids)
-        drawn = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p) if sample else {}
-        penalties = dict(repetition_penalty=sampling.repetition_penalty, presence_penalty=sampling.presence_penalty,
-                         frequency_penalty=sampling.frequency_penalty)
         for _ in range(n):
             valid = guide.valid()
             if first_allowed is not None:
                 valid, first_allowed = valid & first_allowed, None
             if not valid.any():
                 raise ValueError("no token can continue the text under the constraint")
-            body = {**self._fields(model, ids, 1, salt, seed=seed, **penalties, **drawn),
+            body = {**self._fields(model, ids, 1, salt, seed=seed, **_server_sampling(sampling, sample)),
                     "allowed_token_ids": torch.nonzero(valid)[:, 0].tolist()}
             token = self._complete(body)["choices"][0]["token_ids"][0]
             guide.advance(token)
@@ -324,23 +292,14 @@ class VLLMBackend:
 
     # What the tasks share
 
-    def _context(
-        self, text: str, messages: tuple | None, model_name: str | None, session: str, room: int,
-        constraint: Constraint | None = None,
-    ) -> tuple[Context, torch.Tensor | None]:
-        """Tokenize as in-process (healing, chat template, the context window's start, the constraint's
-        state); the healing mask."""
-        model = model_name or default_model_name()
-        limit = self._model(model).max_model_len
+    def _context(self, request: LookaheadRequest | DistributionRequest, room: int) -> Context:
+        """What the model reads, tokenized here exactly as in-process (lookahead/context.py)."""
+        model = request.model
         tokenizer = load_tokenizer(model)
-        prefix, healed = split_for_healing(text, tokenizer)
-        stops = stop_tokens(model)
-        ids, guide = self.matchers.context_and_guide((model, session), constraint, tokenizer, text, prefix,
-                                                     as_dicts(messages), stops, len(tokenizer), torch.device("cpu"))
-        dropped = window_start(len(ids), limit - room, limit)
-        allowed = allowed_first_tokens(tokenizer, healed, len(tokenizer), torch.device("cpu")) if healed else None
-        context = Context(tokenizer, ids[dropped:], dropped, healed, model, session_salt(model, session), guide)
-        return context, allowed
+        prompt = read_prompt(request, tokenizer, self.matchers, self._model(model).max_model_len, room, len(tokenizer),
+                             torch.device("cpu"))
+        return Context(tokenizer, prompt.ids, prompt.dropped, prompt.healed, model, session_salt(*request.key),
+                       prompt.allowed, prompt.guide)
 
     def _info(self, context: Context, reused: int, exact: bool) -> dict:
         info = context_info(context.model, self.device, len(context.ids), reused, context.dropped, context.healed)
@@ -355,38 +314,31 @@ class VLLMBackend:
         top = answer["choices"][0]["logprobs"]["top_logprobs"][0]
         return {int(token.removeprefix("token_id:")): lp for token, lp in top.items()}, _cached_tokens(answer)
 
-    def _constrained_first(self, context: Context, sampling: Sampling, allowed: torch.Tensor | None) -> dict:
+    def _constrained_first(self, context: Context, sampling: Sampling) -> dict:
         """The best valid token when none came back among the top log-probabilities (as the server chooses it)."""
         token = next(self._constrained_tokens(context.model, context.ids, context.guide.fork(), set(), 1, context.salt,
-                                              sampling, first_allowed=allowed))
+                                              sampling, first_allowed=context.allowed))
         return {"token_id": token, "token": context.tokenizer.decode([token]), "prob": 0.0, "logprob": float("-inf"),
                 "p_final": 1.0, "kept": True, "valid": True}
 
-    def _continue_constrained(
-        self, context: Context, first: int, depth: int, sampling: Sampling, mode: str, seed: int
-    ) -> list[int]:
+    def _continue_constrained(self, context: Context, first: int, request: LookaheadRequest) -> list[int]:
         """A branch from `first` under the constraint: one request per token, each with its own allowed tokens."""
         guide = context.guide.fork()
         guide.advance(first)
         stops = stop_tokens(context.model)
+        depth = request.depth
         rest = list(self._constrained_tokens(context.model, [*context.ids, first], guide, stops, depth - 1,
-                                             context.salt, sampling, mode == "sample", seed))
+                                             context.salt, request.sampling, request.branch_mode == "sample",
+                                             request.seed))
         return [first, *rest, *[rest[-1] if rest else first] * (depth - 1 - len(rest))]
 
-    def _continue_branches(
-        self, context: Context, firsts: list[int], depth: int, sampling: Sampling, mode: str, seed: int
-    ) -> list[list[int]]:
+    def _continue_branches(self, context: Context, firsts: list[int], request: LookaheadRequest) -> list[list[int]]:
         """Each first token continued to `depth` tokens: one request, a prompt per branch."""
-        if depth == 1:
+        if request.depth == 1:
             return [[first] for first in firsts]
         prompts = [[*context.ids, first] for first in firsts]
-        if mode == "sample":
-            drawn = dict(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
-        else:  # greedy by p_final is the best token after the penalties: the other settings keep it
-            drawn = {}
-        body = self._fields(context.model, prompts, depth - 1, context.salt,
-                            repetition_penalty=sampling.repetition_penalty, presence_penalty=sampling.presence_penalty,
-                            frequency_penalty=sampling.frequency_penalty, seed=seed, **drawn)
+        body = self._fields(context.model, prompts, request.depth - 1, context.salt, seed=request.seed,
+                            **_server_sampling(request.sampling, request.branch_mode == "sample"))
         choices = sorted(self._complete(body)["choices"], key=lambda c: c["index"])
         return [[first, *choice["token_ids"]] for first, choice in zip(firsts, choices)]
 
@@ -518,6 +470,16 @@ class VLLMBackend:
                 "a different model is behind that URL."
             )
         return BackendError(f"The vLLM server at {self.url} refused the request ({response.status_code}): {message}")
+
+
+def _server_sampling(sampling: Sampling, sample: bool) -> dict:
+    """The completion fields that carry `sampling`: the penalties always, and the draw's settings when the server
+    samples (`sample`); greedy by p_final is the best token after the penalties, which the other settings keep."""
+    fields = dict(repetition_penalty=sampling.repetition_penalty, presence_penalty=sampling.presence_penalty,
+                  frequency_penalty=sampling.frequency_penalty)
+    if sample:
+        fields.update(temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p)
+    return fields
 
 
 class _TooManyLogprobs(Exception):

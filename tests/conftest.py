@@ -24,7 +24,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config  # noqa: E402
 
 import custom_llm_inference as cli  # noqa: E402
-from lookahead.in_process import listings  # noqa: E402
+from lookahead.in_process import listings, matchers, prefix_caches, speculator  # noqa: E402
 
 TINY_CONTEXT = 64  # small, so tests can overflow the context cheaply
 
@@ -77,12 +77,12 @@ def app_url(embedded, tiny_model_dirs) -> str:
 
 @pytest.fixture(autouse=True)
 def fresh_prefix_caches():
-    cli.speculator.clear()
-    cli.prefix_caches.clear()
-    cli.matchers.clear()
+    speculator.clear()
+    prefix_caches.clear()
+    matchers.clear()
     listings.clear()
     yield
-    cli.speculator.clear()
-    cli.prefix_caches.clear()
-    cli.matchers.clear()
+    speculator.clear()
+    prefix_caches.clear()
+    matchers.clear()
     listings.clear()

@@ -1,6 +1,11 @@
 """An independent computation of what the engine must return: full forwards, no KV cache."""
 
+import math
+
+import pytest
 import torch
+
+TIE = 1e-5  # logprobs closer than this may rank either way between two exact computations
 
 
 @torch.inference_mode()
@@ -36,3 +41,28 @@ def reference_lookahead(model, tokenizer, text: str, k: int, depth: int, dropped
         step_logits.append(steps)
     return {"ids": ids, "healed": healed, "logits": logits, "logprobs": logprobs, "branches": branches,
             "step_logits": step_logits}
+
+
+@torch.inference_mode()
+def reference_scores(model, tokenizer, text: str, k: int, ids: list[int] | None = None) -> list[dict | None]:
+    """One full forward over the text's tokens (or `ids`), no cache: per token after the first, its row."""
+    ids = ids or tokenizer(text)["input_ids"]
+    logprobs = torch.log_softmax(model(torch.tensor([ids]), use_cache=False).logits[0].float(), dim=-1)
+    rows = [None]
+    for i in range(1, len(ids)):
+        row, lp = logprobs[i - 1], logprobs[i - 1, ids[i]]
+        rows.append({
+            # the rank, as far as float rounding can tell: tokens within TIE of it may fall either side
+            "logprob": float(lp), "ranks": range(int((row > lp + TIE).sum()) + 1, int((row > lp - TIE).sum()) + 2),
+            "entropy": float(-(row.exp() * row).nan_to_num().sum() / math.log(2)),
+            "top": row.topk(k).indices.tolist(), "top_logprobs": row.topk(k).values.tolist(),
+        })
+    return rows
+
+
+def assert_matches_reference(result, ref, k):
+    assert [b["token_ids"] for b in result["branches"]] == ref["branches"]
+    for entry in result["distribution"]:
+        assert entry["logprob"] == pytest.approx(float(ref["logprobs"][entry["token_id"]]), abs=1e-4)
+        assert entry["prob"] == pytest.approx(float(ref["logprobs"][entry["token_id"]].exp()), abs=1e-4)
+    assert [d["token_id"] for d in result["distribution"][:k]] == [b[0] for b in ref["branches"]]

@@ -7,6 +7,7 @@ from transformers import AutoModelForCausalLM
 
 import custom_llm_inference as cli
 from lookahead.models import model_source
+from lookahead.requests import AttributionRequest
 
 TEXT = "The old lighthouse keeper climbed the stairs and"
 TOLERANCE = 1e-3
@@ -125,8 +126,9 @@ def test_the_vllm_backend_says_attribution_runs_in_process(embedded):
 
 
 def test_the_gpu_time_asked_grows_with_the_window_and_the_steps():
-    small = cli.gpu_seconds("attribution", {"method": "integrated_gradients", "steps": 4, "window": 128})
-    large = cli.gpu_seconds("attribution", {"method": "integrated_gradients", "steps": 64, "window": 2048})
-    assert small < cli.gpu_seconds("attribution",
-                                   {"method": "integrated_gradients", "steps": 16, "window": 512}) < large
+    def asked(steps: int, window: int) -> int:
+        return cli.gpu_seconds(AttributionRequest(text="x", method="integrated_gradients", steps=steps, window=window))
+
+    small, large = asked(4, 128), asked(64, 2048)
+    assert small < asked(16, 512) < large
     assert 1.5 * large < 120, "the largest fits an anonymous visitor's quota"

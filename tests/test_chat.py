@@ -11,9 +11,7 @@ import torch
 from transformers import AutoTokenizer
 
 import custom_llm_inference as cli
-from reference import reference_lookahead
-from test_lookahead_api import assert_matches_reference
-from test_token_probabilities import reference_scores
+from reference import assert_matches_reference, reference_lookahead, reference_scores
 
 # Llama 3 trims each message's content: a reply's trailing space would vanish (token healing keeps it).
 LLAMA3_TEMPLATE = (

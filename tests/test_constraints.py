@@ -14,8 +14,10 @@ import regex
 import torch
 
 import custom_llm_inference as cli
-from lookahead import in_process
+from lookahead.constraints import check_constraint
 from lookahead.healing import token_texts
+from lookahead.in_process import matchers
+from lookahead.results import stop_tokens
 from tests.reference import next_logits
 
 CHOICES = ["yes", "no", "maybe", "not sure"]
@@ -23,6 +25,16 @@ DATE = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
 PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
           "required": ["name", "age"], "additionalProperties": False}
 
+
+
+def guide_after(text: str, constraint: dict, model_name: str | None, session: str):
+    """The constraint's state after `text`, as the engine keeps it for the session."""
+    model, tokenizer = cli.load_model(model_name)
+    name = model_name or cli.default_model_name()
+    _, guide = matchers.context_and_guide((name, session), check_constraint(constraint, text), tokenizer, text, text,
+                                          None, stop_tokens(name), model.config.get_text_config().vocab_size,
+                                          model.device)
+    return guide
 
 def choice_pattern(options: list[str]) -> str:
     return "|".join(regex.escape(o) for o in options)
@@ -86,8 +98,7 @@ def test_valid_tokens_equal_partial_matching_over_the_vocabulary(model_name, kin
     checked = comparable(tokenizer, vocab)
     # the whole vocabulary, through the engine's own state after the text
     model_, _ = cli.load_model(model_name)
-    checked_constraint = cli._check_constraint(constraint, text, model_name)
-    _, guide = in_process._context_and_guide(model_, tokenizer, text, text, None, checked_constraint, (model_name, "s"))
+    guide = guide_after(text, constraint, model_name, "s")
     valid = guide.valid().cpu()
     assert torch.equal(valid[checked], expected[checked]), torch.nonzero(valid[checked] != expected[checked])[:5]
     # the entries: valid marks, p_final renormalised over the valid tokens (p_base left plain)
@@ -211,10 +222,7 @@ def test_a_click_advances_the_sessions_matcher_by_the_new_tokens_only(embedded):
     text = "A person: " + '{"name": "Ada'
     first = cli.lookahead(text, 2, 3, constraint=constraint, session="click")
     taken = text + first["branches"][0]["text"]
-    checked = cli._check_constraint(constraint, taken, None)
-    model, _ = embedded
-    _, guide = in_process._context_and_guide(model, tokenizer, taken, taken, None, checked,
-                                             (cli.default_model_name(), "click"))
+    guide = guide_after(taken, constraint, None, "click")
     assert guide.reused >= len(tokenizer(text[10:])["input_ids"]) - 1
     fresh = cli.lookahead(taken, 2, 3, constraint=constraint, session="other")
     kept = cli.lookahead(taken, 2, 3, constraint=constraint, session="click")

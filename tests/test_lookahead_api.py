@@ -9,7 +9,7 @@ import torch
 import custom_llm_inference as cli
 from lookahead.prefix_cache import common_prefix_length
 from lookahead.results import WINDOW_STEP, window_start
-from reference import reference_lookahead
+from reference import assert_matches_reference, reference_lookahead
 
 EDITS = [
     "The quick brown fox",
@@ -21,14 +21,6 @@ EDITS = [
     "The cat ",  # trailing whitespace: token healing
     "Emoji 😀🦜 and a bell\x07 and\ttab",  # partial UTF-8 tokens, control characters
 ]
-
-
-def assert_matches_reference(result, ref, k):
-    assert [b["token_ids"] for b in result["branches"]] == ref["branches"]
-    for entry in result["distribution"]:
-        assert entry["logprob"] == pytest.approx(float(ref["logprobs"][entry["token_id"]]), abs=1e-4)
-        assert entry["prob"] == pytest.approx(float(ref["logprobs"][entry["token_id"]].exp()), abs=1e-4)
-    assert [d["token_id"] for d in result["distribution"][:k]] == [b[0] for b in ref["branches"]]
 
 
 def test_warm_and_cold_results_equal_the_reference_through_edits(model_name):

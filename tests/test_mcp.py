@@ -15,6 +15,7 @@ import pytest
 from gradio_client import Client
 
 import custom_llm_inference as cli
+from lookahead.in_process import matchers, prefix_caches
 from mcp_client import answer, call, list_tools
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,11 +127,11 @@ def test_an_mcp_call_gets_json_and_leaves_no_session_behind(embedded):
     constraint = {"type": "choice", "value": ["yes", "no"], "start": None}
     text = "Is the sea blue? Answer: "
     as_json = app.api_lookahead(text, 2, 2, constraint=constraint, request=mcp_caller)
-    assert isinstance(as_json, str) and cli.prefix_caches.bytes() == 0 and len(cli.prefix_caches) == 0
-    assert len(cli.matchers) == 0
+    assert isinstance(as_json, str) and prefix_caches.bytes() == 0 and len(prefix_caches) == 0
+    assert len(matchers) == 0
     as_dict = app.api_lookahead(text, 2, 2, constraint=constraint, request=browser)
     assert json.loads(as_json)["branches"] == as_dict["branches"]
-    assert len(cli.prefix_caches) == 1 and len(cli.matchers) == 1
+    assert len(prefix_caches) == 1 and len(matchers) == 1
 
 
 def test_mcp_json_is_strict_json():

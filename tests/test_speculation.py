@@ -1,15 +1,20 @@
 """Answers computed while the writer reads: a click on a shown branch gets exactly what a fresh call gives."""
 
+import dataclasses
 import threading
 
+import pytest
 import torch
-from transformers import DynamicCache
 
 import custom_llm_inference as cli
+from fakes import Guess, fake_entry
+from lookahead.constraints import Constraint, check_constraint
+from lookahead.in_process import speculator
 from lookahead.prefix_cache import PrefixCacheStore
+from lookahead.requests import REQUEST_TYPES
+from lookahead.sampling import Sampling
 from lookahead.speculation import Speculator
-from reference import reference_lookahead
-from test_lookahead_api import assert_matches_reference
+from reference import assert_matches_reference, reference_lookahead
 
 TEXT = "Once upon a time, in a village by the sea, there lived"
 
@@ -21,10 +26,10 @@ def test_taking_a_shown_branch_is_answered_from_the_precomputed_result_exactly(m
     for i in range(k):
         taken = TEXT + shown["branches"][i]["text"]
         cli.lookahead(TEXT, k, depth, session=f"ahead {i}", model_name=model_name, precompute=True)
-        cli.speculator.wait()
-        served = cli.speculator.served
+        speculator.wait()
+        served = speculator.served
         ahead = cli.lookahead(taken, k, depth, session=f"ahead {i}", model_name=model_name)
-        assert cli.speculator.served == served + 1, "answered from the precomputed result"
+        assert speculator.served == served + 1, "answered from the precomputed result"
         cli.lookahead(TEXT, k, depth, session=f"fresh {i}", model_name=model_name)
         fresh = cli.lookahead(taken, k, depth, session=f"fresh {i}", model_name=model_name)
         assert ahead == fresh, "bit for bit what the same click computes without precomputation"
@@ -38,20 +43,14 @@ def test_taking_a_shown_branch_is_answered_from_the_precomputed_result_exactly(m
 
 def test_other_settings_or_an_edit_are_computed_afresh(embedded):
     cli.lookahead(TEXT, 3, 3, session="s", precompute=True)
-    cli.speculator.wait()
-    served = cli.speculator.served
+    speculator.wait()
+    served = speculator.served
     shown = cli.lookahead(TEXT, 3, 3, session="s", precompute=True)
-    cli.speculator.wait()
+    speculator.wait()
     taken = TEXT + shown["branches"][0]["text"]
     cli.lookahead(taken, 3, 3, temperature=0.5, session="s")  # not what was precomputed
     cli.lookahead(taken + " and", 3, 3, session="s")
-    assert cli.speculator.served == served
-
-
-def fake_entry(store: PrefixCacheStore, key: str, n: int) -> None:
-    cache = DynamicCache()
-    cache.update(torch.zeros(1, 1, n, 4), torch.zeros(1, 1, n, 4), 0)
-    store.put(key, list(range(n)), cache, [((n,), [(torch.zeros(1, 1, 1, 4), torch.zeros(1, 1, 1, 4))])])
+    assert speculator.served == served
 
 
 def test_a_real_request_stops_the_job_before_its_next_guess():
@@ -60,19 +59,19 @@ def test_a_real_request_stops_the_job_before_its_next_guess():
     speculator, started, release, computed = Speculator(store), threading.Event(), threading.Event(), []
 
     def compute(request, scratch):
-        computed.append(request["n"])
+        computed.append(request.n)
         started.set()
         release.wait(5)
         torch.nn.Identity()(torch.zeros(1))  # any module's forward: raises once a real request came
-        return {"n": request["n"]}
+        return {"n": request.n}
 
-    speculator.start("writer", "lookahead", [{"n": 1}, {"n": 2}, {"n": 3}], compute)
+    speculator.start("writer", [Guess(1), Guess(2), Guess(3)], compute)
     started.wait(5)
-    speculator.arrived("other visitor", "lookahead", {"n": 9})  # somebody's real request
+    speculator.arrived("other visitor", Guess(9))  # somebody's real request
     release.set()
     speculator.wait(5)
     assert computed == [1], "no further guesses once a real request came"
-    assert speculator.arrived("writer", "lookahead", {"n": 1}) is None, "the interrupted guess was not kept"
+    assert speculator.arrived("writer", Guess(1)) is None, "the interrupted guess was not kept"
     speculator.finished()
     speculator.finished()
 
@@ -81,8 +80,8 @@ def test_no_job_starts_while_a_real_request_is_running():
     store = PrefixCacheStore(max_bytes=10**9)
     fake_entry(store, "writer", 4)
     speculator, computed = Speculator(store), []
-    speculator.arrived("other visitor", "lookahead", {})
-    speculator.start("writer", "lookahead", [{"n": 1}], lambda request, scratch: computed.append(1) or {})
+    speculator.arrived("other visitor", Guess(-1))
+    speculator.start("writer", [Guess(1)], lambda request, scratch: computed.append(1) or {})
     speculator.wait(5)
     assert computed == []
     speculator.finished()
@@ -93,13 +92,52 @@ def test_a_session_showing_the_heatmap_is_precomputed_exactly_too(embedded):
         cli.token_probabilities(TEXT, 5, session=session)
     shown = cli.lookahead(TEXT, 3, 3, session="heat ahead", precompute=True)
     cli.token_probabilities(TEXT, 5, session="heat ahead")  # as the page does next: held already, pre-empts nothing
-    cli.speculator.wait()
+    speculator.wait()
     taken = TEXT + shown["branches"][1]["text"]
-    served = cli.speculator.served
+    served = speculator.served
     ahead = cli.lookahead(taken, 3, 3, session="heat ahead")
-    assert cli.speculator.served == served + 1, "answered from the precomputed result"
+    assert speculator.served == served + 1, "answered from the precomputed result"
     cli.lookahead(TEXT, 3, 3, session="heat fresh")
     assert ahead == cli.lookahead(taken, 3, 3, session="heat fresh")
     heat = cli.token_probabilities(taken, 5, session="heat ahead")
     assert heat["reused_tokens"] == heat["context_tokens"], "the precomputed pass scored the branch's tokens"
     assert heat["tokens"] == cli.token_probabilities(taken, 5, session="heat fresh")["tokens"]
+
+
+def different(field: dataclasses.Field, value: object) -> object:
+    """A value of `field` other than `value` (a request field without a rule here fails the test below)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (Sampling, Constraint)):
+        return {
+            "model_name": "another model", "messages": (("user", "Hi"),), "time_limit": 1.0, "target_token_id": 7,
+            "at_token": 1, "sampling": Sampling(temperature=0.5),
+            "constraint": check_constraint({"type": "choice", "value": ["yes"], "start": None}, ""),
+        }[field.name]
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + " more"
+    if isinstance(value, tuple):
+        return (*value, "and")
+    raise AssertionError(f"no rule for {field.name}")
+
+
+@pytest.mark.parametrize("request_type", REQUEST_TYPES, ids=lambda t: t.__name__)
+def test_every_field_of_a_request_takes_part_in_the_key_of_its_precomputed_answer(request_type):
+    """A ready answer is found only for an equal request: one field changed, it is not served."""
+    store = PrefixCacheStore(max_bytes=10**9)
+    speculator = Speculator(store)
+    base = request_type(text="The cat sat")
+
+    def ready_for(asked) -> bool:
+        fake_entry(store, "writer", 4)
+        speculator.start("writer", [base], lambda request, scratch: {"answer": request.text})
+        assert speculator.wait(5)
+        found = speculator.arrived("writer", asked)
+        speculator.finished()
+        return found is not None
+
+    assert ready_for(request_type(text="The cat sat")), "an equal request finds the answer"
+    for field in dataclasses.fields(request_type):
+        changed = dataclasses.replace(base, **{field.name: different(field, getattr(base, field.name))})
+        assert changed != base
+        assert not ready_for(changed), f"a request with another {field.name} found the answer"

@@ -11,47 +11,18 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Callable
 
 import torch
 from transformers import DynamicCache
 
 import custom_llm_inference as cli
+from fakes import Guess, fake_entry
+from lookahead.in_process import listings, matchers, speculator
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.speculation import Speculator
-from reference import reference_lookahead
-from test_lookahead_api import assert_matches_reference
-from test_speculation import fake_entry
+from reference import assert_matches_reference, reference_lookahead
+from threads import JOIN_SECONDS, SECONDS, run_threads, until
 from ui.ordering import SessionOrder
-
-SECONDS = 3.0  # each thread's share of a stress test
-JOIN_SECONDS = 60.0  # past this a thread is deadlocked
-
-
-def run_threads(workers: list[Callable[[random.Random], None]], seed: int = 0) -> None:
-    """Run each worker in its own thread (each with its own seeded random source); re-raise the first failure."""
-    failures: list[BaseException] = []
-
-    def guarded(worker: Callable[[random.Random], None], rng: random.Random) -> None:
-        try:
-            worker(rng)
-        except BaseException as error:  # noqa: BLE001 - reported below, in the test's thread
-            failures.append(error)
-
-    threads = [threading.Thread(target=guarded, args=(w, random.Random(seed + i)), daemon=True)
-               for i, w in enumerate(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(JOIN_SECONDS)
-        assert not thread.is_alive(), "a thread is still running: deadlocked"
-    if failures:
-        raise failures[0]
-
-
-def until(seconds: float) -> Callable[[], bool]:
-    deadline = time.monotonic() + seconds
-    return lambda: time.monotonic() < deadline
 
 
 def test_the_speculator_starts_waits_and_clears_from_many_threads():
@@ -67,7 +38,7 @@ def test_the_speculator_starts_waits_and_clears_from_many_threads():
             running["most"] = max(running["most"], running["now"])
         try:
             torch.nn.Identity()(torch.zeros(1))  # a module call: where a real request pre-empts the job
-            return {"n": request["n"]}
+            return {"n": request.n}
         finally:
             with count:
                 running["now"] -= 1
@@ -77,7 +48,7 @@ def test_the_speculator_starts_waits_and_clears_from_many_threads():
         while going():
             key = f"writer {rng.randrange(3)}"
             fake_entry(store, key, rng.randrange(2, 6))
-            speculator.start(key, "lookahead", [{"n": i} for i in range(rng.randrange(1, 4))], compute)
+            speculator.start(key, [Guess(i) for i in range(rng.randrange(1, 4))], compute)
             time.sleep(rng.random() * 0.01)
 
     def waiter(rng):
@@ -88,7 +59,7 @@ def test_the_speculator_starts_waits_and_clears_from_many_threads():
     def visitor(rng):
         going = until(SECONDS)
         while going():
-            speculator.arrived(f"writer {rng.randrange(3)}", "lookahead", {"n": rng.randrange(3)})
+            speculator.arrived(f"writer {rng.randrange(3)}", Guess(rng.randrange(3)))
             time.sleep(rng.random() * 0.002)
             speculator.finished()
             time.sleep(rng.random() * 0.02)
@@ -104,7 +75,7 @@ def test_a_wait_right_after_start_waits_for_that_job():
     speculator, done = Speculator(store), []
     for n in range(20):
         fake_entry(store, "writer", 4)
-        speculator.start("writer", "lookahead", [{"n": n}], lambda request, scratch: done.append(request["n"]) or {})
+        speculator.start("writer", [Guess(n)], lambda request, scratch: done.append(request.n) or {})
         assert speculator.wait(JOIN_SECONDS)
         assert done[-1:] == [n]
 
@@ -207,7 +178,7 @@ def test_lookaheads_with_precomputation_from_several_threads_equal_the_reference
             text += shown["branches"][rng.randrange(k)]["text"]
 
     run_threads([writer, writer, writer], seed=7)
-    assert cli.speculator.wait(JOIN_SECONDS)
+    assert speculator.wait(JOIN_SECONDS)
     assert len(answers) == 3 * clicks
     for text, answer in answers:
         assert_matches_reference(answer, reference_lookahead(model, tokenizer, text, k, depth), k)
@@ -232,10 +203,10 @@ def test_constrained_lookaheads_from_several_threads_equal_the_same_calls_made_a
             text = text + branch["text"] if not branch["ends"] else "Person:{"
 
     run_threads([writer, writer, writer], seed=11)
-    assert cli.speculator.wait(JOIN_SECONDS)
+    assert speculator.wait(JOIN_SECONDS)
     assert answers
     for text, answer in answers:
-        cli.matchers.clear()
+        matchers.clear()
         alone = cli.lookahead(text, 3, 2, session="alone", constraint=constraint)
         assert [b["token_ids"] for b in answer["branches"]] == [b["token_ids"] for b in alone["branches"]], text
         assert [d["valid"] for d in answer["distribution"]] == [d["valid"] for d in alone["distribution"]]
@@ -244,8 +215,6 @@ def test_constrained_lookaheads_from_several_threads_equal_the_same_calls_made_a
 def test_heatmap_listings_from_several_threads_equal_the_same_calls_made_alone(embedded):
     """Writers taking branches with the heatmap shown, sharing sessions (so each session's last listing is read
     and replaced from every thread, precomputation running): every listing equals the same call made afresh."""
-    from lookahead.in_process import listings
-
     answers: list[tuple[str, dict]] = []
 
     def writer(rng):
@@ -259,7 +228,7 @@ def test_heatmap_listings_from_several_threads_equal_the_same_calls_made_alone(e
             text += shown["branches"][rng.randrange(len(shown["branches"]))]["text"]
 
     run_threads([writer, writer, writer], seed=12)
-    assert cli.speculator.wait(JOIN_SECONDS)
+    assert speculator.wait(JOIN_SECONDS)
     assert answers
     for text, answer in answers:
         listings.clear()

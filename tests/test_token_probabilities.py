@@ -5,35 +5,15 @@ import json
 import math
 
 import pytest
-import torch
 
 import custom_llm_inference as cli
 from lookahead import scoring
-from reference import reference_lookahead
-from test_lookahead_api import assert_matches_reference
+from reference import assert_matches_reference, reference_lookahead, reference_scores
 
-TIE = 1e-5  # logprobs closer than this may rank either way between two exact computations
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
     "Emoji 😀 split over tokens,  double  spaces\n\nand a trailing space ",
 ]
-
-
-@torch.inference_mode()
-def reference_scores(model, tokenizer, text: str, k: int, ids: list[int] | None = None) -> list[dict | None]:
-    """One full forward over the text's tokens (or `ids`), no cache: per token after the first, its row."""
-    ids = ids or tokenizer(text)["input_ids"]
-    logprobs = torch.log_softmax(model(torch.tensor([ids]), use_cache=False).logits[0].float(), dim=-1)
-    rows = [None]
-    for i in range(1, len(ids)):
-        row, lp = logprobs[i - 1], logprobs[i - 1, ids[i]]
-        rows.append({
-            # the rank, as far as float rounding can tell: tokens within TIE of it may fall either side
-            "logprob": float(lp), "ranks": range(int((row > lp + TIE).sum()) + 1, int((row > lp - TIE).sum()) + 2),
-            "entropy": float(-(row.exp() * row).nan_to_num().sum() / math.log(2)),
-            "top": row.topk(k).indices.tolist(), "top_logprobs": row.topk(k).values.tolist(),
-        })
-    return rows
 
 
 def assert_matches(result: dict, reference: list[dict | None], text: str, tokenizer) -> None:

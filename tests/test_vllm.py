@@ -239,7 +239,7 @@ def test_calls_from_several_threads_while_the_adapter_forgets_its_model_check(vl
     import random
     import time
 
-    from test_stress import SECONDS, run_threads, until
+    from threads import SECONDS, run_threads, until
 
     alone = {text: cli.lookahead(text, 3, 2, session=f"alone {i}") for i, text in enumerate(TEXTS)}
 

@@ -20,6 +20,7 @@ import pytest
 from gradio_client import Client
 
 import custom_llm_inference as cli
+from lookahead.requests import GenerateRequest
 from mcp_client import answer, call
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,7 +153,7 @@ def test_continue_streams_the_greedy_text_and_asks_for_what_it_needs(space):
     assert final["token_ids"] == greedy[: len(final["token_ids"])]
     assert final["stopped_for_time"] or final["token_ids"] == greedy
     (request,) = scheduled(log)[before:]
-    assert request["seconds"] == int(cli.gpu_seconds("generate", {"max_new_tokens": 24})) * DURATION_FACTOR
+    assert request["seconds"] == int(cli.gpu_seconds(GenerateRequest(text="x", max_new_tokens=24))) * DURATION_FACTOR
 
 
 def test_requested_durations_fit_an_anonymous_visitors_quota(space):
@@ -164,7 +165,7 @@ def test_requested_durations_fit_an_anonymous_visitors_quota(space):
     requests = scheduled(log)[before:]
     assert [r["seconds"] for r in requests] == [cli.INTERACTION_GPU_SECONDS * DURATION_FACTOR] * 2
     assert cli.INTERACTION_GPU_SECONDS <= 10
-    largest = cli.gpu_seconds("generate", {"max_new_tokens": cli.MAX_NEW_TOKENS})
+    largest = cli.gpu_seconds(GenerateRequest(text="x", max_new_tokens=cli.MAX_NEW_TOKENS))
     assert largest * DURATION_FACTOR <= 30
 
 

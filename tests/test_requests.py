@@ -1,0 +1,107 @@
+"""The typed requests: each public function builds one, checked, and the backend gets it through the method for
+its type; both backends implement the one interface."""
+
+import inspect
+
+import pytest
+
+import custom_llm_inference as cli
+from lookahead.backend import Backend
+from lookahead.in_process import InProcess
+from lookahead.requests import (
+    AttributionRequest,
+    DistributionRequest,
+    GenerateRequest,
+    LookaheadRequest,
+    ScoresRequest,
+)
+from lookahead.sampling import Sampling
+from lookahead.vllm_backend import VLLMBackend
+
+PROTOCOL_METHODS = ["lookahead", "distribution", "scores", "generate", "attribution", "forget"]
+
+
+@pytest.mark.parametrize("implementation", [InProcess, VLLMBackend])
+def test_both_backends_implement_every_method_of_the_interface_with_its_parameters(implementation):
+    for name in PROTOCOL_METHODS:
+        theirs = inspect.signature(getattr(implementation, name)).parameters
+        ours = inspect.signature(getattr(Backend, name)).parameters
+        assert list(theirs) == list(ours), name
+    assert isinstance(implementation.batches, bool)
+
+
+class Recording:
+    """A backend that records the request each method receives."""
+
+    batches = False
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, object]] = []
+
+    def lookahead(self, request, precompute=False):
+        self.received.append(("lookahead", request))
+        return {}
+
+    def distribution(self, request):
+        self.received.append(("distribution", request))
+        return []
+
+    def scores(self, request):
+        self.received.append(("scores", request))
+        return {}
+
+    def generate(self, request):
+        self.received.append(("generate", request))
+        yield {}
+
+    def attribution(self, request):
+        self.received.append(("attribution", request))
+        yield {}
+
+    def forget(self, session):
+        self.received.append(("forget", session))
+
+
+@pytest.fixture
+def recording(monkeypatch, embedded):
+    backend = Recording()
+    monkeypatch.setattr(cli, "_backend", backend)
+    return backend
+
+
+def test_each_public_function_sends_one_checked_request_of_its_type(recording):
+    cli.lookahead("Once upon", 3, 2, 0.5, session="s", stop=".")
+    cli.next_token_distribution("Once upon", 4, top_k=7, session="s")
+    cli.token_probabilities("Once upon", 2, session="s")
+    cli.generate("Once upon", 5, "greedy", session="s")
+    cli.attribution("Once upon a time", None, "saliency", window=3, session="s")
+    assert recording.received == [
+        ("lookahead", LookaheadRequest(text="Once upon", session="s", n_branches=3, depth=2,
+                                       sampling=Sampling(temperature=0.5), stop=(".",))),
+        ("distribution", DistributionRequest(text="Once upon", session="s", k=4, sampling=Sampling(top_k=7))),
+        ("scores", ScoresRequest(text="Once upon", session="s", k=2)),
+        ("generate", GenerateRequest(text="Once upon", session="s", max_new_tokens=5, method="greedy")),
+        ("attribution", AttributionRequest(text="Once upon a time", session="s", method="saliency", window=3)),
+    ]
+
+
+def test_a_refused_argument_never_reaches_the_backend(recording):
+    with pytest.raises(ValueError, match="depth must be between"):
+        cli.lookahead("Once upon", 3, 99)
+    with pytest.raises(ValueError, match="model_name must be"):
+        cli.token_probabilities("Once upon", model_name="")
+    assert recording.received == []
+
+
+def test_the_gpu_time_asked_follows_the_requests_type():
+    interaction = [LookaheadRequest(text="x"), DistributionRequest(text="x"), ScoresRequest(text="x")]
+    assert {cli.gpu_seconds(r) for r in interaction} == {cli.INTERACTION_GPU_SECONDS}
+    assert cli.gpu_seconds(GenerateRequest(text="x", max_new_tokens=1000)) > cli.gpu_seconds(
+        GenerateRequest(text="x", max_new_tokens=10))
+
+
+def test_the_web_endpoints_offer_only_the_apps_models():
+    assert cli.offered_model_name("") is None and cli.offered_model_name(None) is None
+    assert cli.offered_model_name(cli.available_models()[0]) == cli.available_models()[0]
+    with pytest.raises(ValueError, match="model_name must be one of"):
+        cli.offered_model_name("gpt2-xl")
