@@ -1,6 +1,9 @@
 """Gradio UI: write, see where the model could go next, click a branch to take it.
 
 UI only: every number shown comes from custom_llm_inference. Run with `python app.py`.
+
+The page's handlers come first: each takes what it needs by name (ui/controls.py) and answers
+{component: value} for the page's components, laid out at the end of the file with the wiring.
 """
 
 from __future__ import annotations
@@ -11,18 +14,21 @@ import math
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, replace
+from itertools import zip_longest
 
 import gradio as gr
 
 import custom_llm_inference as cli
 from history import History
 from ui.chat import MODES as CHAT_MODES
-from ui.chat import TEXT_LABELS, awaiting_user, messages_for, started_by, with_reply, with_user_message
+from ui.chat import TEXT_LABELS, awaiting_user, started_by, with_reply, with_user_message
 from ui.constrain import PRESETS as CONSTRAINT_PRESETS
 from ui.constrain import TYPES as CONSTRAINT_TYPES
-from ui.constrain import VALUE_LABELS, constraint_from, describe, in_force, preset_fields, stop_strings
+from ui.constrain import VALUE_LABELS, constraint_from, describe, preset_fields
+from ui.controls import BranchShape, Constraints, Context, Controls, HeatmapView, SamplingSettings, by_name
 from ui.errors import handled, refuse
 from ui.heatmap import HEATMAP_JS, HEATMAP_TEMPLATE, MODES, Shown, heatmap_message
 from ui.ordering import SessionOrder
@@ -54,6 +60,7 @@ QUEUE_SIZE = 512
 # While the writer reads, compute what each shown branch gives if taken (LOOKAHEAD_PRECOMPUTE=0: off).
 PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 
+
 def node_settings(shown: tuple[str, dict] | None) -> dict:
     """The settings the suggestions on screen were made with, to record in the history."""
     if not shown:
@@ -64,99 +71,103 @@ def node_settings(shown: tuple[str, dict] | None) -> dict:
             "depth": len(result["branches"][0]["token_ids"])}
 
 
-def apply_preset(name: str) -> list:
-    """The sampling controls' values for a preset."""
+def preset_values(name: str) -> dict:
+    """What a preset sets, by SamplingSettings field: the sampling and the branch mode (the seed is no preset's)."""
     sampling, mode = cli.PRESETS[name]
-    values = sampling.as_dict()
-    return [values["temperature"], values["top_k"], values["top_p"], values["repetition_penalty"],
-            values["presence_penalty"], values["frequency_penalty"], mode]
+    return {**sampling.as_dict(), "branch_mode": mode}
 
 
-def matching_preset(
-    temperature: float, top_k: int, top_p: float, repetition_penalty: float, presence_penalty: float,
-    frequency_penalty: float, mode: str,
-) -> str:
-    for name in cli.PRESETS:
-        if apply_preset(name) == [temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty,
-                                  mode]:
-            return name
-    return "custom"
+def apply_preset(name: str) -> dict:
+    """The sampling controls set to a preset."""
+    return sampling_controls.update(preset_values(name))
+
+
+def matching_preset(sampling: SamplingSettings) -> dict:
+    """The preset the sampling controls now hold, or "custom"."""
+    settings = asdict(sampling)
+    matching = (name for name in cli.PRESETS
+                if all(settings[field] == value for field, value in preset_values(name).items()))
+    return {preset: next(matching, "custom")}
+
+
+def status_line(result: dict, ms: float, constraint: dict | None) -> str:
+    """Where the suggestions came from: the model, the device, the context and the time they took."""
+    line = (
+        f"**{result['model']}** on {result['device']} · {result['context_tokens']} context tokens · "
+        f"{result['reused_tokens']} reused · {ms:.0f} ms · branches {result['branch_mode']}"
+        + (f" (seed {result['seed']})" if result["branch_mode"] == "sample" else "")
+    )
+    if constraint is not None:
+        line += f" · constrained ({constraint['type']})"
+    if result["notice"]:
+        line += f" · ⚠️ {result['notice']}"
+    return line
+
+
+def branch_choices(branches: list[dict]) -> dict:
+    """A button per branch, labelled with it; the buttons beyond are hidden."""
+    return {button: gr.update(value=branch_label(branch), visible=True) if branch else gr.update(visible=False)
+            for button, branch in zip_longest(branch_buttons, branches)}
+
+
+def history_shown(history: History) -> dict:
+    """The session's history, its tree on the page, and what the browser's copy of it lacks."""
+    return {history_state: history, tree: tree_view(history), history_sync: history_changes(history)}
 
 
 def suggest(
-    text: str, history: History, n_branches: int, depth: int, temperature: float, top_k: int, top_p: float,
-    repetition_penalty: float, presence_penalty: float, frequency_penalty: float, branch_mode: str,
-    seed: float | None, heatmap_on: bool, colour_by: str, threshold: float, heatmap_shown: Shown | None,
-    chat_mode: str, system_prompt: str, conversation: list[dict], model_name: str, constraint: dict | None, stops: str,
-    request: gr.Request,
-):
+    text: str, history: History, shape: BranchShape, sampling: SamplingSettings, view: HeatmapView, context: Context,
+    constraints: Constraints, request: gr.Request,
+) -> dict:
     """Recompute everything for `text`: branches, plot, status, heatmap. A typing pause becomes a history node.
 
     In chat mode `text` is the assistant's reply, after the conversation. What changed in the tree
     goes to the browser's copy each time, so a reload keeps it.
     """
     history.add(text, "type")
-    messages = messages_for(chat_mode, system_prompt, conversation)
-    if (not text and messages is None) or awaiting_user(chat_mode, text, conversation):
-        hidden = [gr.update(visible=False)] * MAX_BUTTONS
-        status = ("Write the user's message below to continue the conversation." if messages is not None
-                  else "Type something to see where the model could go next.")
-        return (None, *hidden, "", status, history, tree_view(history), history_changes(history), "", None)
-    if seed is None:
+    messages = context.messages
+    if (not text and messages is None) or awaiting_user(context.chat_mode, text, context.conversation):
+        waiting = ("Write the user's message below to continue the conversation." if messages is not None
+                   else "Type something to see where the model could go next.")
+        return {shown_state: None, **branch_choices([]), plot: "", status: waiting, **history_shown(history),
+                heatmap: "", heatmap_state: None}
+    if sampling.seed is None:
         raise refuse("Give a seed (a whole number, 0 or more).")
     start = time.perf_counter()
     result = cli.lookahead(
-        text, int(n_branches), int(depth), temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
-        session=session_key(request), model_name=model_name, messages=messages, precompute=PRECOMPUTE,
-        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-        constraint=in_force(constraint, text), stop=stop_strings(stops),
+        text, int(shape.n_branches), int(shape.depth), sampling.temperature, sampling.top_k, sampling.top_p,
+        sampling.repetition_penalty, sampling.branch_mode, sampling.seed, session=session_key(request),
+        model_name=context.model_name, messages=messages, precompute=PRECOMPUTE,
+        presence_penalty=sampling.presence_penalty, frequency_penalty=sampling.frequency_penalty,
+        constraint=constraints.for_text(text), stop=constraints.stop_strings,
     )
     ms = 1000 * (time.perf_counter() - start)
-    buttons = [gr.update(value=branch_label(b), visible=True) for b in result["branches"]]
-    buttons += [gr.update(visible=False)] * (MAX_BUTTONS - len(buttons))
-    status = (
-        f"**{result['model']}** on {result['device']} · {result['context_tokens']} context tokens · "
-        f"{result['reused_tokens']} reused · {ms:.0f} ms · branches {result['branch_mode']}"
-        + (f" (seed {result['seed']})" if result["branch_mode"] == "sample" else "")
-    )
-    if constraint is not None:
-        status += f" · constrained ({constraint['type']})"
-    if result["notice"]:
-        status += f" · ⚠️ {result['notice']}"
-    plot = distribution_plot(result["distribution"])
-    # after the branches: their pass scored the new tokens
-    context = (chat_mode, system_prompt, conversation, model_name)
-    heat = show_heatmap(text, heatmap_on, colour_by, threshold, heatmap_shown, *context, request, rescore=True)
-    return ((text, result), *buttons, plot, status, history, tree_view(history), history_changes(history), *heat)
+    heat = show_heatmap(text, view, context, request, rescore=True)  # after the branches: their pass scored the text
+    return {shown_state: (text, result), **branch_choices(result["branches"]),
+            plot: distribution_plot(result["distribution"]), status: status_line(result, ms, constraints.constraint),
+            **history_shown(history), **heat}
 
 
-def show_heatmap(
-    text: str, on: bool, colour_by: str, threshold: float, shown: Shown | None, chat_mode: str,
-    system_prompt: str, conversation: list[dict], model_name: str, request: gr.Request, rescore: bool = False,
-) -> tuple[str, Shown | None]:
-    """The heatmap's update from what the page shows (`shown`) to `text`: the tokens that changed (ui/heatmap.py).
+def show_heatmap(text: str, view: HeatmapView, context: Context, request: gr.Request, *, rescore: bool = False) -> dict:
+    """The heatmap's update from what the page shows (`view.shown`) to `text`: the tokens that changed (ui/heatmap.py).
 
-    The scores are `shown`'s when only the colouring changed; `rescore`: the context may have changed too.
+    The scores are the shown ones when only the colouring changed; `rescore`: the context may have changed too.
     """
-    if not on or not text:
-        return "", None
-    if rescore or not shown or shown.text != text or shown.result["model"] != model_name:
-        messages = messages_for(chat_mode, system_prompt, conversation)
-        result = cli.token_probabilities(
-            text, HEATMAP_ALTERNATIVES, session=session_key(request), model_name=model_name, messages=messages
-        )
+    if not view.on or not text:
+        return {heatmap: "", heatmap_state: None}
+    shown = view.shown
+    if rescore or not shown or shown.text != text or shown.result["model"] != context.model_name:
+        result = cli.token_probabilities(text, HEATMAP_ALTERNATIVES, session=session_key(request),
+                                         model_name=context.model_name, messages=context.messages)
     else:
         result = shown.result
-    return heatmap_message(text, result, colour_by, threshold, shown)
+    message, shown = heatmap_message(text, result, view.colour_by, view.threshold, shown)
+    return {heatmap: message, heatmap_state: shown}
 
 
-def resend_heatmap(
-    text: str, on: bool, colour_by: str, threshold: float, chat_mode: str, system_prompt: str,
-    conversation: list[dict], model_name: str, request: gr.Request,
-) -> tuple[str, Shown | None]:
+def resend_heatmap(text: str, view: HeatmapView, context: Context, request: gr.Request) -> dict:
     """The whole heatmap again, for a page that missed an update (HEATMAP_JS asks)."""
-    return show_heatmap(text, on, colour_by, threshold, None, chat_mode, system_prompt, conversation, model_name,
-                        request)
+    return show_heatmap(text, replace(view, shown=None), context, request)
 
 
 def heatmap_tokens(text: str, heatmap_shown: Shown | None) -> list[dict]:
@@ -166,7 +177,12 @@ def heatmap_tokens(text: str, heatmap_shown: Shown | None) -> list[dict]:
     return heatmap_shown.result["tokens"]
 
 
-def rewind(text: str, heatmap_shown: Shown | None, history: History, event: gr.EventData):
+def edited(history: History) -> dict:
+    """The text box and the history, after an edit recorded in the history."""
+    return {text_box: history.text, history_state: history}
+
+
+def rewind(text: str, heatmap_shown: Shown | None, history: History, event: gr.EventData) -> dict:
     """Put the clicked alternative in place of its token, dropping what followed; the old text stays in the tree."""
     tokens = heatmap_tokens(text, heatmap_shown)
     index = int(event.index)
@@ -178,12 +194,17 @@ def rewind(text: str, heatmap_shown: Shown | None, history: History, event: gr.E
     if "\ufffd" in alternative["token"]:
         raise refuse("That alternative is part of a character split over several tokens.")
     history.fork(text[: tokens[index]["start"]] + alternative["token"], "rewind", [alternative["token_id"]])
-    return history.text, history
+    return edited(history)
 
 
 def history_changes(history: History, whole: bool = False) -> str:
     """What the browser's copy of the tree lacks, as JSON (SAVE_HISTORY_JS applies it)."""
     return json.dumps(history.changes(whole), ensure_ascii=False, separators=(",", ":"))
+
+
+def resend_history(history: History) -> dict:
+    """The whole tree for the browser's copy, which could not apply an update (SAVE_HISTORY_JS asks)."""
+    return {history_sync: history_changes(history, whole=True)}
 
 
 def shown_for(text: str, shown: tuple[str, dict] | None) -> dict:
@@ -208,53 +229,52 @@ def take_branch(index: int, text: str, shown: tuple[str, dict] | None, history: 
 
 
 def take_branch_and_suggest(
-    index: int, text: str, shown: tuple[str, dict] | None, history: History, n_branches: int, depth: int,
-    temperature: float, top_k: int, top_p: float, repetition_penalty: float, presence_penalty: float,
-    frequency_penalty: float, branch_mode: str, seed: float | None, heatmap_on: bool, colour_by: str, threshold: float,
-    heatmap_shown: Shown | None, chat_mode: str, system_prompt: str, conversation: list[dict], model_name: str,
-    constraint: dict | None, stops: str, request: gr.Request,
-):
+    index: int, text: str, shown: tuple[str, dict] | None, history: History, shape: BranchShape,
+    sampling: SamplingSettings, view: HeatmapView, context: Context, constraints: Constraints, request: gr.Request,
+) -> dict:
     """A click: the branch appended and the new suggestions, in one event (they were precomputed while the
     writer read, so this is usually instant). In chat mode a branch that ends the reply sends it as a turn."""
     text, history = take_branch(index, text, shown, history)
-    replying = chat_mode == "chat" and conversation and conversation[-1]["role"] == "user"
-    if replying and shown[1]["branches"][index].get("ends"):
-        text, conversation, _, history = send_reply(text, conversation, history)
-    settings = (n_branches, depth, temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty,
-                branch_mode, seed, heatmap_on, colour_by, threshold, heatmap_shown, chat_mode, system_prompt,
-                conversation, model_name, constraint, stops)
-    return (text, conversation, conversation, *suggest(text, history, *settings, request))
+    conversation = context.conversation
+    replying = context.chat_mode == "chat" and conversation and conversation[-1]["role"] == "user"
+    turn = (send_reply(text, conversation, history) if replying and shown[1]["branches"][index].get("ends")
+            else {text_box: text, conversation_state: conversation, conversation_view: conversation})
+    context = replace(context, conversation=turn[conversation_state])
+    return {**turn, **suggest(turn[text_box], history, shape, sampling, view, context, constraints, request)}
 
 
-def send_user_message(text: str, message: str, conversation: list[dict], history: History):
+def took_turn(conversation: list[dict], history: History) -> dict:
+    """A turn sent: recorded in the history, the box emptied for the next one."""
+    history.add("", "turn", [], {"messages": conversation})
+    return {text_box: "", conversation_state: conversation, conversation_view: conversation, history_state: history}
+
+
+def send_user_message(text: str, message: str, conversation: list[dict], history: History) -> dict:
     """The user's turn: a reply begun in the box goes first; the box then holds the next reply, empty."""
-    conversation = with_user_message(text, message, conversation)
-    history.add("", "turn", [], {"messages": conversation})
-    return "", "", conversation, conversation, history
+    return {**took_turn(with_user_message(text, message, conversation), history), user_message: ""}
 
 
-def send_reply(text: str, conversation: list[dict], history: History):
+def send_reply(text: str, conversation: list[dict], history: History) -> dict:
     """The reply in the box becomes the assistant's turn; the next turn is the user's."""
-    conversation = with_reply(text, conversation)
-    history.add("", "turn", [], {"messages": conversation})
-    return "", conversation, conversation, history
+    return took_turn(with_reply(text, conversation), history)
 
 
-def switch_mode(chat_mode: str, text: str, conversation: list[dict] | None, history: History):
+def switch_mode(mode: str, text: str, conversation: list[dict] | None, history: History) -> dict:
     """Show or hide the chat panel. A chat begun from plain text starts with that text as the user's first
     message (a conversation opens with the user), the box then holding the reply; undo brings the text back."""
     conversation = conversation or []
-    opened = started_by(chat_mode, text, conversation)
-    box = gr.update(label=TEXT_LABELS[chat_mode])  # the text as it is (the writer may have typed on meanwhile) ...
+    opened = started_by(mode, text, conversation)
+    box = gr.update(label=TEXT_LABELS[mode])  # the text as it is (the writer may have typed on meanwhile) ...
     if opened != conversation:
         history.add("", "turn", [], {"messages": opened})
         gr.Info("Chat: your text is now the user's first message, and the box holds the assistant's reply. "
                 "Undo brings your text back.")
         box["value"] = ""  # ... unless it moved into the conversation
-    return gr.update(visible=chat_mode == "chat"), box, opened, opened, history
+    return {chat_panel: gr.update(visible=mode == "chat"), text_box: box, conversation_state: opened,
+            conversation_view: opened, history_state: history}
 
 
-def force_token(text: str, shown: tuple[str, dict] | None, history: History, event: gr.EventData):
+def force_token(text: str, shown: tuple[str, dict] | None, history: History, event: gr.EventData) -> dict:
     """Append the token clicked in the plot, whatever its probability."""
     result = shown_for(text, shown)
     entry = next((d for d in result["distribution"] if d["token_id"] == event.token_id), None)
@@ -266,39 +286,37 @@ def force_token(text: str, shown: tuple[str, dict] | None, history: History, eve
         raise refuse("The constraint does not allow that token (✗); turn the constraint off to write it.")
     piece = entry["token"][len(result["healed_whitespace"]) :]  # healing: the whitespace is in the text
     history.add(text + piece, "token", [entry["token_id"]], node_settings(shown))
-    return history.text, history
+    return edited(history)
 
 
 def explain_token(
-    text: str, shown: tuple[str, dict] | None, method: str, chat_mode: str, system_prompt: str,
-    conversation: list[dict], model_name: str, request: gr.Request, event: gr.EventData, progress=gr.Progress(),
-) -> tuple[str, dict]:
+    text: str, shown: tuple[str, dict] | None, method: str, context: Context, request: gr.Request,
+    event: gr.EventData, progress=gr.Progress(),
+) -> dict:
     """"why?" beside a token in the plot: what in the text drives the model towards it."""
     result = shown_for(text, shown)
     entry = next((d for d in result["distribution"] if d["token_id"] == event.token_id), None)
     if entry is None:
         raise refuse("That token is no longer shown.")
-    return explain(next_token_question(text, result, entry["token_id"], chat_mode, system_prompt, conversation,
-                                       model_name), method, request, progress)
+    return explain(next_token_question(text, result, entry["token_id"], context), method, request, progress)
 
 
 def explain_branch(
-    index: int, text: str, shown: tuple[str, dict] | None, method: str, chat_mode: str, system_prompt: str,
-    conversation: list[dict], model_name: str, request: gr.Request, progress=gr.Progress(),
-) -> tuple[str, dict]:
+    index: int, text: str, shown: tuple[str, dict] | None, method: str, context: Context, request: gr.Request,
+    progress=gr.Progress(),
+) -> dict:
     """"why?" on a branch: what in the text drives the model towards the branch's first token."""
     result = shown_for(text, shown)
     if index is None or not 0 <= int(index) < len(result["branches"]):
         raise refuse("That branch is no longer shown.")
     first = result["branches"][int(index)]["token_ids"][0]
-    return explain(next_token_question(text, result, first, chat_mode, system_prompt, conversation, model_name),
-                   method, request, progress)
+    return explain(next_token_question(text, result, first, context), method, request, progress)
 
 
 def explain_heatmap_token(
-    text: str, heatmap_shown: Shown | None, method: str, chat_mode: str, system_prompt: str,
-    conversation: list[dict], model_name: str, request: gr.Request, event: gr.EventData, progress=gr.Progress(),
-) -> tuple[str, dict]:
+    text: str, heatmap_shown: Shown | None, method: str, context: Context, request: gr.Request,
+    event: gr.EventData, progress=gr.Progress(),
+) -> dict:
     """"why the first?" on a token of the heatmap: what in the text before it made the model expect its own
     first choice there."""
     tokens = heatmap_tokens(text, heatmap_shown)
@@ -306,26 +324,23 @@ def explain_heatmap_token(
     if not 0 <= index < len(tokens) or tokens[index]["prob"] is None:
         raise refuse("That token is no longer shown.")
     question = {"text": text, "target_token_id": None, "at_token": index, "where": tokens[index]["token"],
-                "messages": messages_for(chat_mode, system_prompt, conversation), "model_name": model_name}
+                "messages": context.messages, "model_name": context.model_name}
     return explain(question, method, request, progress)
 
 
-def next_token_question(
-    text: str, result: dict, token_id: int, chat_mode: str, system_prompt: str, conversation: list[dict],
-    model_name: str,
-) -> dict:
+def next_token_question(text: str, result: dict, token_id: int, context: Context) -> dict:
     """Why `token_id` next, as the suggestions on screen saw the text: with healing, its trailing whitespace is
     the token's own, so the context ends before it."""
-    context = text[: len(text) - len(result["healed_whitespace"])]
-    return {"text": context, "target_token_id": token_id, "at_token": None, "where": None,
-            "messages": messages_for(chat_mode, system_prompt, conversation), "model_name": model_name}
+    before = text[: len(text) - len(result["healed_whitespace"])]
+    return {"text": before, "target_token_id": token_id, "at_token": None, "where": None,
+            "messages": context.messages, "model_name": context.model_name}
 
 
-def explain(question: dict | None, method: str, request: gr.Request, progress=gr.Progress()) -> tuple[str, dict]:
+def explain(question: dict | None, method: str, request: gr.Request, progress=gr.Progress()) -> dict:
     """The explanation asked by `question` (which token, after which text) by `method`, the progress shown as
     it goes (integrated gradients takes several passes); also the question, for a switch of method."""
     if question is None:
-        return gr.skip(), None
+        return {why: gr.skip(), why_state: None}
     result = None
     for result in cli.attribution_stream(
         question["text"], question["target_token_id"], method, session=session_key(request),
@@ -333,41 +348,47 @@ def explain(question: dict | None, method: str, request: gr.Request, progress=gr
     ):
         if "done" in result:
             progress((result["done"], result["of"]), desc=f"why? {method.replace('_', ' ')}", unit="passes")
-    return attribution_view(question["text"], result, question["where"]), question
+    return {why: attribution_view(question["text"], result, question["where"]), why_state: question}
 
 
-def append_text(text: str, extra: str, shown: tuple[str, dict] | None, history: History):
+def append_text(text: str, extra: str, shown: tuple[str, dict] | None, history: History) -> dict:
     if not extra:
         raise refuse("Type the text to append first.")
     history.add(text + extra, "append", [], node_settings(shown if shown and shown[0] == text else None))
-    return history.text, history, ""
+    return {**edited(history), extra_box: ""}
 
 
-def move(history: History, step: str):
+def move(history: History, step: str) -> dict:
     """Undo (to the parent) or redo (to the child last visited)."""
     if not (history.undo() if step == "undo" else history.redo()):
         gr.Info(f"Nothing to {step}: this is the {'first' if step == 'undo' else 'latest'} step on this path.")
-        return (gr.skip(),) * 4
+        return gr.skip()
     return at_node(history)
 
 
-def select_node(history: History, event: gr.EventData):
+def select_node(history: History, event: gr.EventData) -> dict:
     history.select(int(event.node))
     return at_node(history)
 
 
-def at_node(history: History) -> tuple[str, list[dict], list[dict], History]:
+def at_node(history: History) -> dict:
     """The text box, the conversation (state and view) and the tree, as at the history's current node."""
     conversation = history.conversation()
-    return history.text, conversation, conversation, history
+    return {text_box: history.text, conversation_state: conversation, conversation_view: conversation,
+            history_state: history}
 
 
-def clear(history: History):
+def clear(history: History) -> dict:
     history.add("", "clear")
-    return "", history
+    return edited(history)
 
 
-def import_history(history: History, event: gr.EventData):
+def export_history(history: History) -> dict:
+    """The tree as JSON, for the browser to save as a file (DOWNLOAD_JS)."""
+    return {history_json: history.to_json()}
+
+
+def import_history(history: History, event: gr.EventData) -> dict:
     """Replace the session's tree with an exported one; its current node's text becomes the text."""
     try:
         imported = History.from_json(event.json)
@@ -378,7 +399,7 @@ def import_history(history: History, event: gr.EventData):
     return at_node(imported)
 
 
-def restore(stored: str | None, history: History) -> tuple:
+def restore(stored: str | None, history: History) -> dict:
     """The tree this browser kept (READ_STORED_JS reads it), if it has a readable one.
 
     Without one the box is left as it is: the writer may have started typing before the page
@@ -388,27 +409,28 @@ def restore(stored: str | None, history: History) -> tuple:
         restored = History.from_json(stored) if stored else None
     except ValueError:
         restored = None  # written by another version of the app: start afresh
-    return at_node(restored) if restored else (gr.update(), gr.update(), gr.update(), history)
+    return at_node(restored) if restored else {history_state: history}
 
 
 def continue_text(
-    text: str, n_tokens: int, lossless: bool, history: History, chat_mode: str, system_prompt: str,
-    conversation: list[dict], model_name: str, constraint: dict | None, stops: str, request: gr.Request,
-):
+    text: str, n_tokens: int, lossless: bool, history: History, context: Context, constraints: Constraints,
+    request: gr.Request,
+) -> Iterator[dict]:
     """Stream a greedy continuation into the text (in chat mode, the reply), then show which tokens came from
     accepted drafts."""
-    messages = messages_for(chat_mode, system_prompt, conversation)
-    if awaiting_user(chat_mode, text, conversation) or (not text and messages is None):
+    messages = context.messages
+    if awaiting_user(context.chat_mode, text, context.conversation) or (not text and messages is None):
         raise refuse("Write the user's message first." if messages is not None else "Type something to continue.")
     if n_tokens is None:
         raise refuse("Say how many tokens to continue by.")
     result = None
     method = "lookahead" if lossless else "greedy"
     results = cli.generate_stream(text, int(n_tokens), method, session=session_key(request), messages=messages,
-                                  model_name=model_name, constraint=in_force(constraint, text),
-                                  stop=stop_strings(stops))
+                                  model_name=context.model_name, constraint=constraints.for_text(text),
+                                  stop=constraints.stop_strings)
     for result in results:
-        yield text + result["text"], gr.update(), f"{len(result['token_ids'])} tokens…", history
+        yield {text_box: text + result["text"], continuation_status: f"{len(result['token_ids'])} tokens…",
+               history_state: history}
     history.add(text + result["text"], "continue", result["token_ids"], {"method": result["method"]})
     pieces = [(piece, SOURCE_LABELS[source]) for piece, source in
               zip(result["token_texts"], result["draft_source_per_token"])]
@@ -420,14 +442,28 @@ def continue_text(
         + (" · stopped early to stay within the GPU time it asked for" if result["stopped_for_time"] else "")
         + (f" · stopped at {result['stop']!r}" if result["stop"] else "")
     )
-    yield history.text, gr.update(value=pieces, visible=True), summary, history
+    yield {text_box: history.text, continuation: gr.update(value=pieces, visible=True),
+           continuation_status: summary, history_state: history}
 
 
-def offered(model_name: str | None) -> str | None:
-    """`model_name` if the app offers it (None: the default); a visitor cannot load an arbitrary model."""
-    if model_name not in (None, "", *cli.available_models()):
-        raise ValueError(f"model_name must be one of {cli.available_models()} (or left out), got {model_name!r}")
-    return model_name or None
+def fill_constraint(name: str | None) -> dict:
+    """The type and value a constraint preset fills in."""
+    kind, value = preset_fields(name)
+    return {constraint_type: kind, constraint_value: value}
+
+
+def relabel_constraint_value(kind: str) -> dict:
+    return {constraint_value: gr.update(label=VALUE_LABELS[kind])}
+
+
+def constrain(kind: str, value: str, chat_mode: str, caret: float | None, text: str) -> dict:
+    """"Constrain from here": the constraint from the caret (in chat mode, from the reply's start)."""
+    constraint = constraint_from(kind, value, chat_mode, caret, text)
+    return {constraint_state: constraint, constraint_status: describe(constraint, text)}
+
+
+def unconstrain() -> dict:
+    return {constraint_state: None, constraint_status: describe(None, "")}
 
 
 def session_key(request: gr.Request | None) -> str:
@@ -516,7 +552,7 @@ def api_lookahead(
     with caller_session(request) as session:
         return reply(cli.lookahead(
             text, n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
-            session=session, messages=messages, model_name=offered(model_name),
+            session=session, messages=messages, model_name=cli.offered_model_name(model_name),
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, constraint=constraint, stop=stop,
         ), request)
 
@@ -539,7 +575,7 @@ def api_token_probabilities(
     """
     with caller_session(request) as session:
         return reply(cli.token_probabilities(
-            text, k, session=session, messages=messages, model_name=offered(model_name)
+            text, k, session=session, messages=messages, model_name=cli.offered_model_name(model_name)
         ), request)
 
 
@@ -565,7 +601,8 @@ def api_generate(
     """
     with caller_session(request) as session:
         for result in cli.generate_stream(text, max_new_tokens, method, session=session, messages=messages,
-                                          model_name=offered(model_name), constraint=constraint, stop=stop):
+                                          model_name=cli.offered_model_name(model_name), constraint=constraint,
+                                          stop=stop):
             yield reply(result, request)
 
 
@@ -597,8 +634,8 @@ def api_next_token_distribution(
     with caller_session(request) as session:
         return reply(cli.next_token_distribution(
             text, k, temperature, top_k, top_p, repetition_penalty, session=session, messages=messages,
-            model_name=offered(model_name), presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            constraint=constraint,
+            model_name=cli.offered_model_name(model_name), presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty, constraint=constraint,
         ), request)
 
 
@@ -625,7 +662,8 @@ def api_attribution(
     """
     with caller_session(request) as session:
         return reply(cli.attribution(text, target_token_id, method, steps, window, session=session,
-                                     messages=messages, model_name=offered(model_name), at_token=at_token), request)
+                                     messages=messages, model_name=cli.offered_model_name(model_name),
+                                     at_token=at_token), request)
 
 
 with gr.Blocks(title="Interactive Lookahead") as demo:
@@ -633,10 +671,10 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         "## Interactive Lookahead\nWrite, and see where the model could go next. Click a branch (or "
         "press **Alt+1…9**) or any token in the plot to append it; **Ctrl+Enter** refreshes."
     )
-    shown = gr.State(None)  # (text, lookahead result) behind the buttons on screen
-    heatmap_shown = gr.State(None)  # what the page's heatmap shows (ui/heatmap.py's Shown)
-    conversation = gr.State([])  # chat mode: the turns so far, as {"role", "content"}
-    history = gr.State(History.start(DEFAULT_TEXT, cli.default_model_name()))
+    shown_state = gr.State(None)  # (text, lookahead result) behind the buttons on screen
+    heatmap_state = gr.State(None)  # what the page's heatmap shows (ui/heatmap.py's Shown)
+    conversation_state = gr.State([])  # chat mode: the turns so far, as {"role", "content"}
+    history_state = gr.State(History.start(DEFAULT_TEXT, cli.default_model_name()))
     history_json = gr.Textbox(visible=False)  # carries an export to the browser's download
     # The tree also lives in this browser's localStorage, so a reload picks up where it left off:
     # each update sends it what changed (history.changes), and SAVE_HISTORY_JS keeps the copy.
@@ -653,7 +691,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                                                  min_width=120)
                     send_reply_button = gr.Button("Send the reply", elem_id="send-reply", size="sm", scale=1,
                                                   min_width=120)
-            text = gr.Textbox(label="Your text", lines=8, max_lines=30, elem_id="text", value=DEFAULT_TEXT)
+            text_box = gr.Textbox(label="Your text", lines=8, max_lines=30, elem_id="text", value=DEFAULT_TEXT)
             with gr.Row(equal_height=True):
                 branch_buttons = [
                     gr.Button(visible=False, elem_id=f"branch-{i}", elem_classes="branch-btn", size="sm",
@@ -668,7 +706,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 redo_button = gr.Button("Redo", elem_id="redo", size="sm")
                 clear_button = gr.Button("Clear", elem_id="clear", size="sm")
             with gr.Row(equal_height=True):
-                extra = gr.Textbox(show_label=False, placeholder="Text to append as is…", elem_id="extra", scale=4)
+                extra_box = gr.Textbox(show_label=False, placeholder="Text to append as is…", elem_id="extra", scale=4)
                 append_button = gr.Button("Append", elem_id="append", size="sm", scale=1, min_width=90)
             status = gr.Markdown(elem_id="status")
             with gr.Row():
@@ -704,7 +742,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 why_method = gr.Radio(list(cli.ATTRIBUTION_METHODS), value="input_x_gradient", label="Method",
                                       elem_id="why-method")
                 why = gr.HTML(elem_id="why-view")
-                why_question = gr.State(None)  # the token explained and its context, for a switch of method
+                why_state = gr.State(None)  # the token explained and its context, for a switch of method
                 why_branch = gr.Button(elem_id="why-branch")  # hidden: pressed by BRANCH_WHY_JS's chip
                 why_branch_index = gr.Number(visible=False)  # the branch asked about, read by WHY_BRANCH_JS
             model_choice = gr.Dropdown(cli.available_models(), value=cli.default_model_name(), label="Model",
@@ -741,100 +779,127 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                     unconstrain_button = gr.Button("Off", elem_id="unconstrain", size="sm")
                 constraint_status = gr.Markdown(describe(None, ""), elem_id="constraint-status")
                 caret = gr.Number(visible=False)  # the text box's caret, read by CARET_JS
-    constraint = gr.State(None)  # the constraint in force, as the API takes it (ui/constrain.py)
+    constraint_state = gr.State(None)  # the constraint in force, as the API takes it (ui/constrain.py)
 
-    # A visitor's events run one at a time, in order (ui/ordering.py), so two that read and write
-    # the history (an import and an update still running) never overwrite each other's result;
-    # other visitors' events run meanwhile. Continuations have their own group, so a long one
-    # never holds up anybody's suggestions.
+    # The controls that handlers take as one value each (ui/controls.py).
+    shape_controls = Controls(BranchShape, n_branches=n_branches, depth=depth)
+    sampling_controls = Controls(
+        SamplingSettings, temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, branch_mode=branch_mode, seed=seed,
+    )
+    context_controls = Controls(Context, chat_mode=chat_mode, system_prompt=system_prompt,
+                                conversation=conversation_state, model_name=model_choice)
+    constraint_controls = Controls(Constraints, constraint=constraint_state, stops=stops)
+    heatmap_controls = Controls(HeatmapView, on=heatmap_on, colour_by=heatmap_mode, threshold=threshold,
+                                shown=heatmap_state)
+
+    # What a session's events write for its later events to read: the history, the suggestions and the
+    # heatmap on screen, the question "why?" answered.
+    SESSION_STATE = {history_state, shown_state, heatmap_state, why_state}
     order = SessionOrder()
 
-    def ordered(fn):
-        """A handler that waits for its session's turn and reports failures as messages (ui/errors.py)."""
-        return order.wrap(handled(fn))
+    def handler(fn: Callable, inputs: dict[str, gr.components.Component | Controls], outputs: set,
+                **options) -> dict:
+        """An event listener's arguments (`button.click(**handler(...))`) for `fn`, which takes `inputs` by name
+        (ui/controls.py) and answers {component: value} for `outputs`; failures reach the visitor as messages.
 
-    private = dict(api_visibility="private", concurrency_id="interact")
-    sampling_controls = [temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty,
-                         branch_mode]
-    context_inputs = [chat_mode, system_prompt, conversation, model_choice]  # the context: mode, turns, model
-    at_node_outputs = [text, conversation, conversation_view, history]
-    suggest_io = dict(
-        fn=ordered(suggest),
-        inputs=[text, history, n_branches, depth, *sampling_controls, seed, heatmap_on, heatmap_mode, threshold,
-                heatmap_shown, *context_inputs, constraint, stops],
-        outputs=[shown, *branch_buttons, plot, status, history, tree, history_sync, heatmap, heatmap_shown],
-        **private,
-    )
+        One rule decides which events take turns: an event that reads or writes the session's state
+        (SESSION_STATE) waits until the events its session started before it have finished (ui/ordering.py),
+        so two never work on one history at once (an import and an update still running), while other
+        visitors' events run meanwhile. An event between controls alone (a preset, a label, the Constrain
+        panel's fields) touches none of it and runs at once. Continuations pass concurrency_id="generate",
+        so a long one never holds up anybody's suggestions.
+        """
+        fn, components = by_name(fn, inputs)
+        fn = handled(fn)
+        if SESSION_STATE & {*components, *outputs}:
+            fn = order.wrap(fn)
+        return {"fn": fn, "inputs": components, "outputs": outputs, "api_visibility": "private",
+                "concurrency_id": "interact", **options}
+
+    settings = dict(shape=shape_controls, sampling=sampling_controls, view=heatmap_controls, context=context_controls,
+                    constraints=constraint_controls)
+    suggestion_outputs = {shown_state, *branch_buttons, plot, status, heatmap, heatmap_state, history_state, tree,
+                          history_sync}
+    suggestion = handler(suggest, dict(text=text_box, history=history_state, **settings), suggestion_outputs)
+    at_node_outputs = {text_box, conversation_state, conversation_view, history_state}
+    edit_outputs = {text_box, history_state}
+    why_outputs = {why, why_state}
+
     # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
-    text_edited.click(trigger_mode="always_last", **suggest_io)
-    gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit], **suggest_io)
-    demo.load(ordered(restore), [history_sync, history], at_node_outputs, js=READ_STORED_JS, **private).then(
-        **suggest_io
-    )
+    text_edited.click(trigger_mode="always_last", **suggestion)
+    gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit], **suggestion)
+    demo.load(js=READ_STORED_JS, **handler(restore, dict(stored=history_sync, history=history_state),
+                                           at_node_outputs)).then(**suggestion)
     history_sync.change(None, history_sync, None, js=SAVE_HISTORY_JS)
-    history_resync.click(ordered(lambda h: history_changes(h, whole=True)), history, history_sync, **private)
-    preset.input(handled(apply_preset), preset, sampling_controls, **private).then(**suggest_io)
+    history_resync.click(**handler(resend_history, dict(history=history_state), {history_sync}))
+    preset.input(**handler(apply_preset, dict(name=preset), set(sampling_controls) - {seed})).then(**suggestion)
     gr.on(
         [temperature.release, top_k.release, top_p.release, repetition_penalty.release, presence_penalty.release,
          frequency_penalty.release, branch_mode.input],
-        handled(matching_preset), sampling_controls, preset, **private,
-    ).then(**suggest_io)
+        **handler(matching_preset, dict(sampling=sampling_controls), {preset}),
+    ).then(**suggestion)
     for i, button in enumerate(branch_buttons):
-        button.click(
-            ordered(take_branch_and_suggest),
-            [gr.State(i), text, shown, history, *suggest_io["inputs"][2:]],
-            [text, conversation, conversation_view, *suggest_io["outputs"]], **private,
-        )
-    gr.on(
-        [heatmap_on.input, heatmap_mode.input, threshold.release], ordered(show_heatmap),
-        [text, heatmap_on, heatmap_mode, threshold, heatmap_shown, *context_inputs],
-        [heatmap, heatmap_shown], **private,
-    )
-    heatmap_resync.click(ordered(resend_heatmap), [text, heatmap_on, heatmap_mode, threshold, *context_inputs],
-                         [heatmap, heatmap_shown], **private)
-    heatmap.select(ordered(rewind), [text, heatmap_shown, history], [text, history], **private).success(**suggest_io)
-    plot.click(ordered(force_token), [text, shown, history], [text, history], **private).success(**suggest_io)
-    why_outputs = [why, why_question]
-    plot.select(ordered(explain_token), [text, shown, why_method, *context_inputs], why_outputs, **private)
-    why_branch.click(ordered(explain_branch), [why_branch_index, text, shown, why_method, *context_inputs], why_outputs,
-                     js=WHY_BRANCH_JS, **private)
-    heatmap.click(ordered(explain_heatmap_token), [text, heatmap_shown, why_method, *context_inputs], why_outputs,
-                  **private)
-    why_method.input(ordered(explain), [why_question, why_method], why_outputs, **private)
-    gr.on([append_button.click, extra.submit], ordered(append_text), [text, extra, shown, history],
-          [text, history, extra], **private).success(**suggest_io)
-    undo_button.click(ordered(lambda h: move(h, "undo")), history, at_node_outputs, **private).success(**suggest_io)
-    redo_button.click(ordered(lambda h: move(h, "redo")), history, at_node_outputs, **private).success(**suggest_io)
-    tree.select(ordered(select_node), history, at_node_outputs, **private).success(**suggest_io)
-    clear_button.click(ordered(clear), history, [text, history], **private).then(**suggest_io)
-    export_button.click(ordered(lambda h: h.to_json()), history, history_json, **private).then(
+        button.click(**handler(
+            take_branch_and_suggest,
+            dict(index=gr.State(i), text=text_box, shown=shown_state, history=history_state, **settings),
+            {text_box, conversation_state, conversation_view, *suggestion_outputs},
+        ))
+    heatmap_inputs = dict(text=text_box, view=heatmap_controls, context=context_controls)
+    gr.on([heatmap_on.input, heatmap_mode.input, threshold.release],
+          **handler(show_heatmap, heatmap_inputs, {heatmap, heatmap_state}))
+    heatmap_resync.click(**handler(resend_heatmap, heatmap_inputs, {heatmap, heatmap_state}))
+    heatmap.select(**handler(rewind, dict(text=text_box, heatmap_shown=heatmap_state, history=history_state),
+                             edit_outputs)).success(**suggestion)
+    plot.click(**handler(force_token, dict(text=text_box, shown=shown_state, history=history_state),
+                         edit_outputs)).success(**suggestion)
+    plot.select(**handler(explain_token, dict(text=text_box, shown=shown_state, method=why_method,
+                                              context=context_controls), why_outputs))
+    why_branch.click(js=WHY_BRANCH_JS, **handler(
+        explain_branch,
+        dict(index=why_branch_index, text=text_box, shown=shown_state, method=why_method, context=context_controls),
+        why_outputs,
+    ))
+    heatmap.click(**handler(explain_heatmap_token, dict(text=text_box, heatmap_shown=heatmap_state,
+                                                        method=why_method, context=context_controls), why_outputs))
+    why_method.input(**handler(explain, dict(question=why_state, method=why_method), why_outputs))
+    gr.on([append_button.click, extra_box.submit],
+          **handler(append_text, dict(text=text_box, extra=extra_box, shown=shown_state, history=history_state),
+                    {*edit_outputs, extra_box})).success(**suggestion)
+    undo_button.click(**handler(move, dict(history=history_state, step=gr.State("undo")),
+                                at_node_outputs)).success(**suggestion)
+    redo_button.click(**handler(move, dict(history=history_state, step=gr.State("redo")),
+                                at_node_outputs)).success(**suggestion)
+    tree.select(**handler(select_node, dict(history=history_state), at_node_outputs)).success(**suggestion)
+    clear_button.click(**handler(clear, dict(history=history_state), edit_outputs)).then(**suggestion)
+    export_button.click(**handler(export_history, dict(history=history_state), {history_json})).then(
         None, history_json, None, js=DOWNLOAD_JS
     )
-    importer.upload(ordered(import_history), history, at_node_outputs, **private).success(**suggest_io)
-    chat_mode.input(ordered(switch_mode), [chat_mode, text, conversation, history],
-                    [chat_panel, text, conversation, conversation_view, history], **private).then(**suggest_io)
-    gr.on([send_user_button.click, user_message.submit], ordered(send_user_message),
-          [text, user_message, conversation, history], [text, user_message, conversation, conversation_view, history],
-          **private).success(**suggest_io)
-    send_reply_button.click(ordered(send_reply), [text, conversation, history],
-                            [text, conversation, conversation_view, history], **private).success(**suggest_io)
-    gr.on([system_prompt.blur, model_choice.input], **suggest_io)
-    continue_button.click(
-        ordered(continue_text), [text, n_tokens, lossless, history, *context_inputs, constraint, stops],
-        [text, continuation, continuation_status, history], **{**private, "concurrency_id": "generate"},
-    ).success(**suggest_io)
+    importer.upload(**handler(import_history, dict(history=history_state), at_node_outputs)).success(**suggestion)
+    chat_inputs = dict(text=text_box, conversation=conversation_state, history=history_state)
+    chat_mode.input(**handler(switch_mode, dict(mode=chat_mode, **chat_inputs),
+                              {chat_panel, *at_node_outputs})).then(**suggestion)
+    gr.on([send_user_button.click, user_message.submit],
+          **handler(send_user_message, dict(message=user_message, **chat_inputs),
+                    {user_message, *at_node_outputs})).success(**suggestion)
+    send_reply_button.click(**handler(send_reply, chat_inputs, at_node_outputs)).success(**suggestion)
+    gr.on([system_prompt.blur, model_choice.input], **suggestion)
+    continue_button.click(**handler(
+        continue_text,
+        dict(text=text_box, n_tokens=n_tokens, lossless=lossless, history=history_state, context=context_controls,
+             constraints=constraint_controls),
+        {text_box, continuation, continuation_status, history_state}, concurrency_id="generate",
+    )).success(**suggestion)
 
-    constraint_preset.input(handled(preset_fields), constraint_preset, [constraint_type, constraint_value], **private)
-    constraint_type.change(lambda kind: gr.update(label=VALUE_LABELS[kind]), constraint_type, constraint_value,
-                           **private)
-    constrain_button.click(
-        handled(lambda kind, value, mode, at, t: (c := constraint_from(kind, value, mode, at, t), describe(c, t))),
-        [constraint_type, constraint_value, chat_mode, caret, text], [constraint, constraint_status], js=CARET_JS,
-        **private,
-    ).success(**suggest_io)
-    unconstrain_button.click(lambda: (None, describe(None, "")), None, [constraint, constraint_status],
-                             **private).then(**suggest_io)
-    stops.blur(**suggest_io)
+    constraint_preset.input(**handler(fill_constraint, dict(name=constraint_preset),
+                                      {constraint_type, constraint_value}))
+    constraint_type.change(**handler(relabel_constraint_value, dict(kind=constraint_type), {constraint_value}))
+    constrain_button.click(js=CARET_JS, **handler(
+        constrain, dict(kind=constraint_type, value=constraint_value, chat_mode=chat_mode, caret=caret, text=text_box),
+        {constraint_state, constraint_status},
+    )).success(**suggestion)
+    unconstrain_button.click(**handler(unconstrain, {}, {constraint_state, constraint_status})).then(**suggestion)
+    stops.blur(**suggestion)
 
     for api, group in [(api_lookahead, "interact"), (api_generate, "generate"),
                        (api_next_token_distribution, "interact"), (api_token_probabilities, "interact"),

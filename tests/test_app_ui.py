@@ -8,20 +8,36 @@ import pytest
 
 from app import (
     apply_preset,
+    chat_panel,
+    conversation_state,
+    conversation_view,
     force_token,
+    history_state,
     import_history,
     matching_preset,
     move,
+    preset,
     restore,
+    sampling_controls,
+    seed,
     send_reply,
     send_user_message,
     switch_mode,
     take_branch,
+    text_box,
 )
 from history import History
 from ui.chat import awaiting_user, messages_for, with_user_message
+from ui.controls import SamplingSettings
 from ui.errors import handled
 from ui.render import branch_label, distribution_plot, tree_view, visible
+
+AT_NODE = (text_box, conversation_state, conversation_view, history_state)
+
+
+def at(update: dict, *components) -> tuple:
+    """A handler's values for these components (it answers {component: value})."""
+    return tuple(update[component] for component in components)
 
 
 def test_whitespace_is_made_visible():
@@ -77,11 +93,11 @@ def test_a_branch_is_appended_only_to_the_text_it_was_computed_for():
 
 def test_forcing_appends_the_clicked_token_and_refuses_broken_characters():
     h = History.start("The cat", "m")
-    text, h = force_token("The cat", shown("The cat"), h, SimpleNamespace(token_id=7))
+    text, h = at(force_token("The cat", shown("The cat"), h, SimpleNamespace(token_id=7)), text_box, history_state)
     assert text == "The cat dog" and h.nodes[-1].kind == "token" and h.nodes[-1].token_ids == [7]
     healed = shown("The cat ", healed_whitespace=" ")
     assert force_token("The cat ", healed, History.start("The cat ", "m"),
-                       SimpleNamespace(token_id=7))[0] == "The cat dog"
+                       SimpleNamespace(token_id=7))[text_box] == "The cat dog"
     for token_id in (8, 99):
         with pytest.raises(gr.Error):
             force_token("The cat dog", shown("The cat dog"), h, SimpleNamespace(token_id=token_id))
@@ -91,11 +107,11 @@ def test_undo_and_redo_walk_the_tree_and_say_when_there_is_nowhere_to_go():
     h = History.start("a", "m")
     h.add("ab", "append")
     h.add("abc", "append")
-    assert move(h, "undo")[0] == "ab" and move(h, "undo")[0] == "a"
-    assert move(h, "undo") == (gr.skip(),) * 4, "a notice, not an error: nothing changes"
+    assert move(h, "undo")[text_box] == "ab" and move(h, "undo")[text_box] == "a"
+    assert move(h, "undo") == gr.skip(), "a notice, not an error: nothing changes"
     assert h.text == "a"
-    assert move(h, "redo")[0] == "ab" and move(h, "redo")[0] == "abc"
-    assert move(h, "redo") == (gr.skip(),) * 4 and h.text == "abc"
+    assert move(h, "redo")[text_box] == "ab" and move(h, "redo")[text_box] == "abc"
+    assert move(h, "redo") == gr.skip() and h.text == "abc"
 
 
 def test_tree_view_marks_the_current_node_and_forks_and_escapes_text():
@@ -128,15 +144,19 @@ def test_import_errors_are_shown_not_raised_as_tracebacks():
     with pytest.raises(gr.Error, match="Could not import"):
         import_history(History.start("a", "m"), SimpleNamespace(json="{}"))
     exported = History.start("kept", "m").to_json()
-    text, _, _, imported = import_history(History.start("a", "m"), SimpleNamespace(json=exported))
+    text, imported = at(import_history(History.start("a", "m"), SimpleNamespace(json=exported)), text_box,
+                        history_state)
     assert text == "kept" and imported.to_json() == exported
 
 
 def test_presets_round_trip_through_the_controls():
+    def matching(*values) -> str:
+        return matching_preset(SamplingSettings(*values, seed=0))[preset]
+
     for name in ("greedy", "balanced", "creative"):
-        assert matching_preset(*apply_preset(name)) == name
-    assert matching_preset(0.33, 0, 1.0, 1.0, 0.0, 0.0, "greedy") == "custom"
-    assert matching_preset(1.0, 0, 1.0, 1.0, 0.5, 0.0, "greedy") == "custom", "a presence penalty is no preset's"
+        assert matching_preset(sampling_controls.read({seed: 0, **apply_preset(name)}))[preset] == name
+    assert matching(0.33, 0, 1.0, 1.0, 0.0, 0.0, "greedy") == "custom"
+    assert matching(1.0, 0, 1.0, 1.0, 0.5, 0.0, "greedy") == "custom", "a presence penalty is no preset's"
 
 
 def test_a_cut_branch_says_so():
@@ -162,9 +182,9 @@ def test_a_stored_tree_is_restored_and_an_unreadable_one_ignored():
     saved = History.start("from last visit", "m")
     saved.add("from last visit, more", "append")
     fresh = History.start("default", "m")
-    text, conversation, _, restored = restore(saved.to_json(), fresh)
+    text, conversation, restored = at(restore(saved.to_json(), fresh), text_box, conversation_state, history_state)
     assert text == "from last visit, more" and restored == saved
-    unchanged = (gr.update(), gr.update(), gr.update(), fresh)
+    unchanged = {history_state: fresh}
     assert restore('{"format": "something else"}', fresh) == unchanged, "the box is left as it is"
     assert restore(None, fresh) == unchanged
 
@@ -172,14 +192,16 @@ def test_a_stored_tree_is_restored_and_an_unreadable_one_ignored():
 
 def test_chat_turns_are_recorded_in_the_history_and_come_back_with_its_nodes():
     h = History.start("", "m")
-    text, _, conversation, _, h = send_user_message("", "What is 2+2?", [], h)
+    text, conversation, h = at(send_user_message("", "What is 2+2?", [], h), text_box, conversation_state,
+                               history_state)
     assert text == "" and conversation == [{"role": "user", "content": "What is 2+2?"}]
     h.add("2+2 equals 4.", "branch")
-    text, conversation, _, h = send_reply("2+2 equals 4.", conversation, h)
+    text, conversation, h = at(send_reply("2+2 equals 4.", conversation, h), text_box, conversation_state,
+                               history_state)
     assert conversation[-1] == {"role": "assistant", "content": "2+2 equals 4."} and text == ""
     with pytest.raises(ValueError, match="Send a user message first"):
         send_reply("more", conversation, h)
-    text, conversation, view, h = move(h, "undo")
+    text, conversation, view, h = at(move(h, "undo"), *AT_NODE)
     assert text == "2+2 equals 4." and conversation == view == [{"role": "user", "content": "What is 2+2?"}]
     assert messages_for("chat", "Be brief.", conversation)[0] == {"role": "system", "content": "Be brief."}
     assert messages_for("plain text", "Be brief.", conversation) is None
@@ -198,14 +220,16 @@ def test_hidden_and_untouched_chat_fields_arriving_as_none_are_empty():
 
 def test_switching_to_chat_makes_the_text_the_users_first_message_and_undo_brings_it_back():
     h = History.start("Tell me about lighthouses", "m")
-    panel, box, conversation, view, h = switch_mode("chat", "Tell me about lighthouses", None, h)
+    panel, box, conversation, view, h = at(switch_mode("chat", "Tell me about lighthouses", None, h), chat_panel,
+                                           *AT_NODE)
     assert conversation == view == [{"role": "user", "content": "Tell me about lighthouses"}]
     assert box["value"] == "" and panel["visible"] is True and h.conversation() == conversation
-    text, conversation, _, h = move(h, "undo")
+    text, conversation, h = at(move(h, "undo"), text_box, conversation_state, history_state)
     assert text == "Tell me about lighthouses" and conversation == [], "nothing is lost"
-    _, box, kept, _, _ = switch_mode("chat", "a reply begun", [{"role": "user", "content": "Hi"}], h)
+    box, kept = at(switch_mode("chat", "a reply begun", [{"role": "user", "content": "Hi"}], h), text_box,
+                   conversation_state)
     assert kept == [{"role": "user", "content": "Hi"}] and "value" not in box, "a chat under way is kept, and the box"
-    _, box, kept, _, _ = switch_mode("plain text", "a reply begun", kept, h)
+    box, kept = at(switch_mode("plain text", "a reply begun", kept, h), text_box, conversation_state)
     assert "value" not in box and kept == [{"role": "user", "content": "Hi"}], "text typed meanwhile is not overwritten"
 
 

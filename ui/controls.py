@@ -1,0 +1,155 @@
+"""The page's controls as app.py's handlers take them: by name, related controls grouped into one value.
+
+A handler names what it takes (`text`, `history`, `sampling` ...), and the wiring says which of the page's
+components holds each (`by_name`): one component, or a group of them (`Controls`) read as one of the frozen
+dataclasses below. So a handler has a few named parameters however many controls the page has, and a new
+control is a field of its group, bound to its component where app.py builds the groups.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Generic, TypeVar
+
+from gradio.components import Component
+
+from ui.chat import messages_for
+from ui.constrain import in_force, stop_strings
+from ui.heatmap import Shown
+
+
+@dataclass(frozen=True)
+class BranchShape:
+    """How many branches, and how many tokens each."""
+
+    n_branches: int
+    depth: int
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """The Sampling panel: what turns p_base into p_final, and how the branches continue."""
+
+    temperature: float
+    top_k: int
+    top_p: float
+    repetition_penalty: float
+    presence_penalty: float
+    frequency_penalty: float
+    branch_mode: str
+    seed: float | None
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the text follows: plain text, or a chat's system prompt and turns; and the model that reads it."""
+
+    chat_mode: str
+    system_prompt: str | None
+    conversation: list[dict] | None
+    model_name: str
+
+    @property
+    def messages(self) -> list[dict] | None:
+        """The API's `messages` (ui/chat.py)."""
+        return messages_for(self.chat_mode, self.system_prompt, self.conversation)
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What branches and continuations keep to: the constraint set in the Constrain panel, and the stop strings."""
+
+    constraint: dict | None  # as the API takes it (ui/constrain.py)
+    stops: str | None  # the box's lines
+
+    def for_text(self, text: str) -> dict | None:
+        """The constraint for `text` (one that began past its end applies from the end)."""
+        return in_force(self.constraint, text)
+
+    @property
+    def stop_strings(self) -> list[str] | None:
+        return stop_strings(self.stops)
+
+
+@dataclass(frozen=True)
+class HeatmapView:
+    """The heatmap's controls, and what the page's heatmap shows now (ui/heatmap.py)."""
+
+    on: bool
+    colour_by: str
+    threshold: float
+    shown: Shown | None
+
+
+Group = TypeVar("Group")
+
+
+class Controls(Generic[Group]):
+    """A group's fields, each bound to the page's component that holds it."""
+
+    def __init__(self, group: type[Group], **components: Component) -> None:
+        names = [field.name for field in fields(group)]
+        if sorted(components) != sorted(names):
+            raise TypeError(f"{group.__name__} has the fields {names}; components were given for {list(components)}")
+        self.group = group
+        self.components = components
+
+    def __iter__(self) -> Iterator[Component]:
+        return iter(self.components.values())
+
+    def read(self, page: Mapping[Component, Any]) -> Group:
+        """The group's value from the page's values, by component."""
+        return self.group(**{name: page[component] for name, component in self.components.items()})
+
+    def update(self, values: Mapping[str, Any]) -> dict[Component, Any]:
+        """A handler's answer setting these fields (by name) to these values; the other fields stay as they are."""
+        return {self.components[name]: value for name, value in values.items()}
+
+
+def by_name(fn: Callable, inputs: Mapping[str, Component | Controls]) -> tuple[Callable, list[Component]]:
+    """`fn` as a gradio handler of `inputs`' components, and those components, in the order the handler takes them.
+
+    `fn` is called by name: each of its parameters in `inputs` gets its component's value, or its group's read as
+    one. Its other positional parameters are those gradio fills in itself (gr.Request, gr.EventData, gr.Progress),
+    which it finds by the handler's signature: so the handler shows gradio one parameter per component and then
+    `fn`'s own. The components stay in the order given, which an event's `js=` relies on (gradio's own set-style
+    inputs would hand over one dict, in the order the components were made).
+    """
+    signature = inspect.signature(fn)
+    signature.bind_partial(**inputs)  # a name `fn` does not take fails here, as the page is built
+    components = [component for source in inputs.values()
+                  for component in (source if isinstance(source, Controls) else [source])]
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    filled_by_gradio = [parameter for name, parameter in signature.parameters.items()
+                        if name not in inputs and parameter.kind in positional]
+    hints = typing.get_type_hints(fn)
+
+    def arguments(values: tuple) -> dict[str, Any]:
+        page = dict(zip(components, values))
+        named = {name: source.read(page) if isinstance(source, Controls) else page[source]
+                 for name, source in inputs.items()}
+        filled = dict(zip((parameter.name for parameter in filled_by_gradio), values[len(components):]))
+        return named | filled
+
+    if inspect.isgeneratorfunction(fn):
+
+        def handler(*values):
+            yield from fn(**arguments(values))
+
+    else:
+
+        def handler(*values):
+            return fn(**arguments(values))
+
+    functools.update_wrapper(handler, fn)
+    handler.__signature__ = inspect.Signature([
+        *(inspect.Parameter(f"value_{i}", inspect.Parameter.POSITIONAL_ONLY) for i in range(len(components))),
+        *filled_by_gradio,
+    ])
+    handler.__annotations__ = {parameter.name: hints[parameter.name] for parameter in filled_by_gradio
+                               if parameter.name in hints}
+    return handler, components
