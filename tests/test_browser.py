@@ -1,26 +1,23 @@
 """The app in a real browser: Debian's Chromium, headless, driven by Playwright."""
 
 import json
-import os
-import time
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
 import custom_llm_inference as cli
+from browser import (  # skips without chromium
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    SCREENSHOT,
+    expect_suggestions_for,
+    type_text,
+    wait_for_stored_text,
+)
 from history import History
 from ui.heatmap import HEATMAP_TOKENS, bucket, percent, shown_text
 from ui.render import branch_label, visible
-from ui.scripts import STORAGE_KEY
-
-CHROMIUM = "/usr/bin/chromium"
-SCREENSHOT = Path(__file__).resolve().parents[1] / "screenshots" / "app.png"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
-    pytest.skip("Debian's chromium is not installed (scripts/test.sh installs it)", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
@@ -33,24 +30,6 @@ def page(app_url):
         page.goto(app_url)
         yield page
         browser.close()
-
-
-def type_text(page, text: str) -> None:
-    """Replace the text as a writer would; the last keystroke fires the input event."""
-    box = page.locator("#text textarea")
-    box.fill(text[:-1])
-    box.press_sequentially(text[-1])
-
-
-def expect_suggestions_for(page, text: str, messages: list[dict] | None = None, model_name: str | None = None) -> dict:
-    """Wait until the page shows the engine's suggestions for `text` (in chat mode, after `messages`); return them."""
-    expected = cli.lookahead(text, 5, 3, session="browser-expectation", messages=messages, model_name=model_name)
-    expect(page.locator("#text textarea")).to_have_value(text)
-    for i, branch in enumerate(expected["branches"]):
-        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch), timeout=30_000)
-    expect(page.locator("#branch-5")).to_be_hidden()
-    expect(page.locator("#status")).to_contain_text(f"{expected['context_tokens']} context tokens")
-    return expected
 
 
 def test_write_click_keyboard_and_undo(page):
@@ -218,17 +197,6 @@ def test_a_reload_keeps_the_text_and_the_tree(page):
     page.reload()
     expect_suggestions_for(page, kept)
     assert page.locator("#tree").inner_html() == tree_before
-
-
-def stored_tree(page) -> History:
-    return History.from_json(page.evaluate(f"localStorage.getItem({STORAGE_KEY!r})"))
-
-
-def wait_for_stored_text(page, text: str) -> History:
-    deadline = time.monotonic() + 30
-    while (stored := stored_tree(page)).text != text and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return stored
 
 
 def test_the_stored_tree_is_kept_from_changes_alone_and_two_tabs_never_mix_theirs(page):

@@ -8,7 +8,7 @@ from playwright.sync_api import expect, sync_playwright
 
 import custom_llm_inference as cli
 from app import DEFAULT_TEXT
-from test_browser import (  # skips without chromium
+from browser import (  # skips without chromium
     CHROMIUM,
     CHROMIUM_ARGS,
     SCREENSHOT,

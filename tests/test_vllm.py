@@ -317,7 +317,7 @@ def test_the_app_serves_through_vllm_and_shows_faults_as_messages(vllm, proxy, a
 def test_the_page_keeps_the_text_while_the_server_is_down_and_recovers(vllm, proxy, app_url):
     from playwright.sync_api import expect, sync_playwright
 
-    from test_browser import CHROMIUM, CHROMIUM_ARGS, expect_suggestions_for, type_text  # skips without chromium
+    from browser import CHROMIUM, CHROMIUM_ARGS, expect_suggestions_for, type_text  # skips without chromium
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

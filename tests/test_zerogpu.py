@@ -182,7 +182,7 @@ def test_one_gpu_entry_point_so_endpoints_share_the_session_cache(space):
 def test_the_page_works_while_a_crowd_calls_the_api(space):
     from playwright.sync_api import sync_playwright
 
-    from test_browser import CHROMIUM, CHROMIUM_ARGS, expect_suggestions_for, type_text
+    from browser import CHROMIUM, CHROMIUM_ARGS, expect_suggestions_for, type_text
 
     url, _ = space
     crowd_done = threading.Event()
