@@ -57,6 +57,9 @@ HEATMAP_ALTERNATIVES = 5  # per token, in the heatmap's details
 # Every visitor is answered: room for this many waiting events (on a ZeroGPU Space gradio
 # would otherwise let one event wait and turn the rest away with "Queue is full").
 QUEUE_SIZE = 512
+# Explanations running at once, each paused while suggestions are computed: room for a visitor's newer question
+# to start (and cancel their older one) while another visitor's explanation runs.
+EXPLANATIONS_AT_ONCE = 4
 # While the writer reads, compute what each shown branch gives if taken (LOOKAHEAD_PRECOMPUTE=0: off).
 PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 
@@ -342,13 +345,27 @@ def explain(question: dict | None, method: str, request: gr.Request, progress=gr
     if question is None:
         return {why: gr.skip(), why_state: None}
     result = None
-    for result in cli.attribution_stream(
-        question["text"], question["target_token_id"], method, session=session_key(request),
-        messages=question["messages"], model_name=question["model_name"], at_token=question["at_token"],
-    ):
-        if "done" in result:
-            progress((result["done"], result["of"]), desc=f"why? {method.replace('_', ' ')}", unit="passes")
+    try:
+        for result in cli.attribution_stream(
+            question["text"], question["target_token_id"], method, session=session_key(request),
+            messages=question["messages"], model_name=question["model_name"], at_token=question["at_token"],
+        ):
+            if "done" in result:
+                progress((result["done"], result["of"]), desc=f"why? {method.replace('_', ' ')}", unit="passes")
+    except cli.Cancelled:  # a newer question, Stop, or the tab closed: what the page shows stays
+        return {why: gr.skip(), why_state: gr.skip()}
     return {why: attribution_view(question["text"], result, question["where"]), why_state: question}
+
+
+def stop_explaining(request: gr.Request) -> None:
+    """Stop: the running "why?" ends within one slice of its model work."""
+    if not cli.cancel(session_key(request), "attribution"):
+        gr.Info("Nothing to stop: no explanation is running.")
+
+
+def leave(request: gr.Request) -> None:
+    """The tab closed or reloaded: its long jobs stop (its caches age out as any cache does)."""
+    cli.cancel(session_key(request))
 
 
 def append_text(text: str, extra: str, shown: tuple[str, dict] | None, history: History) -> dict:
@@ -739,8 +756,10 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
             plot = gr.HTML(elem_id="plot", js_on_load=CLICK_TOKEN_JS)
             with gr.Accordion("Why? (“why?” beside a token, on a branch, or in the heatmap)", open=True,
                               elem_id="why-panel"):
-                why_method = gr.Radio(list(cli.ATTRIBUTION_METHODS), value="input_x_gradient", label="Method",
-                                      elem_id="why-method")
+                with gr.Row(equal_height=True):
+                    why_method = gr.Radio(list(cli.ATTRIBUTION_METHODS), value="input_x_gradient", label="Method",
+                                          elem_id="why-method", scale=4)
+                    why_stop = gr.Button("Stop", elem_id="why-stop", size="sm", scale=0, min_width=70)
                 why = gr.HTML(elem_id="why-view")
                 why_state = gr.State(None)  # the token explained and its context, for a switch of method
                 why_branch = gr.Button(elem_id="why-branch")  # hidden: pressed by BRANCH_WHY_JS's chip
@@ -796,6 +815,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     # What a session's events write for its later events to read: the history, the suggestions and the
     # heatmap on screen, the question "why?" answered.
     SESSION_STATE = {history_state, shown_state, heatmap_state, why_state}
+    WHY_VIEW = {why, why_state}
     order = SessionOrder()
 
     def handler(fn: Callable, inputs: dict[str, gr.components.Component | Controls], outputs: set,
@@ -807,12 +827,16 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         (SESSION_STATE) waits until the events its session started before it have finished (ui/ordering.py),
         so two never work on one history at once (an import and an update still running), while other
         visitors' events run meanwhile. An event between controls alone (a preset, a label, the Constrain
-        panel's fields) touches none of it and runs at once. Continuations pass concurrency_id="generate",
-        so a long one never holds up anybody's suggestions.
+        panel's fields) touches none of it and runs at once. An explanation writes the "why?" view alone
+        (WHY_VIEW): it takes no turn either, so typing overtakes it, and it runs in the "explain" group, so
+        it never holds up anybody's suggestions (its model work yields to theirs: lookahead/scheduler.py); a
+        newer question of the same session cancels it. Continuations pass concurrency_id="generate".
         """
         fn, components = by_name(fn, inputs)
         fn = handled(fn)
-        if SESSION_STATE & {*components, *outputs}:
+        if outputs <= WHY_VIEW:
+            options = {"concurrency_id": "explain", "concurrency_limit": EXPLANATIONS_AT_ONCE, **options}
+        elif SESSION_STATE & {*components, *outputs}:
             fn = order.wrap(fn)
         return {"fn": fn, "inputs": components, "outputs": outputs, "api_visibility": "private",
                 "concurrency_id": "interact", **options}
@@ -824,7 +848,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     suggestion = handler(suggest, dict(text=text_box, history=history_state, **settings), suggestion_outputs)
     at_node_outputs = {text_box, conversation_state, conversation_view, history_state}
     edit_outputs = {text_box, history_state}
-    why_outputs = {why, why_state}
+    why_outputs = WHY_VIEW
 
     # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
     text_edited.click(trigger_mode="always_last", **suggestion)
@@ -863,6 +887,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     heatmap.click(**handler(explain_heatmap_token, dict(text=text_box, heatmap_shown=heatmap_state,
                                                         method=why_method, context=context_controls), why_outputs))
     why_method.input(**handler(explain, dict(question=why_state, method=why_method), why_outputs))
+    why_stop.click(handled(stop_explaining), None, None, queue=False, api_visibility="private")
+    demo.unload(leave)
     gr.on([append_button.click, extra_box.submit],
           **handler(append_text, dict(text=text_box, extra=extra_box, shown=shown_state, history=history_state),
                     {*edit_outputs, extra_box})).success(**suggestion)
@@ -903,10 +929,11 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
 
     for api, group in [(api_lookahead, "interact"), (api_generate, "generate"),
                        (api_next_token_distribution, "interact"), (api_token_probabilities, "interact"),
-                       (api_attribution, "interact")]:
+                       (api_attribution, "explain")]:
         endpoint = handled(api)
         endpoint.__name__ = api.__name__.removeprefix("api_")  # the MCP tool's name: the endpoint's
-        gr.api(endpoint, api_name=endpoint.__name__, concurrency_id=group)
+        limit = {"concurrency_limit": EXPLANATIONS_AT_ONCE} if group == "explain" else {}
+        gr.api(endpoint, api_name=endpoint.__name__, concurrency_id=group, **limit)
 
 
 def concurrency() -> int:

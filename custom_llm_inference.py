@@ -50,6 +50,7 @@ from lookahead.requests import (
 )
 from lookahead.results import last, stop_tokens, text_token_places
 from lookahead.sampling import BRANCH_MODES, PRESETS, Sampling
+from lookahead.scheduler import LONG_JOBS, Cancelled, scheduler
 from lookahead.scoring import MAX_ALTERNATIVES
 from lookahead.vllm_backend import VLLMBackend
 
@@ -67,10 +68,13 @@ __all__ = [
     "MAX_WINDOW",
     "PRESETS",
     "BackendError",
+    "Cancelled",
+    "LONG_JOBS",
     "attribution",
     "attribution_stream",
     "available_models",
     "backend",
+    "cancel",
     "default_model_name",
     "end_session",
     "generate",
@@ -256,8 +260,17 @@ if os.environ.get("LOOKAHEAD_BACKEND"):
 
 
 def end_session(session: str) -> None:
-    """Forget what the backend keeps for `session`: for a caller that makes no further call in it."""
+    """Stop `session`'s long jobs and forget what the backend keeps for it: for a caller that makes no further
+    call in it (a closed tab, an MCP call)."""
     _backend.forget(str(session))
+
+
+def cancel(session: str, kind: str | None = None) -> int:
+    """Stop `session`'s running long jobs of `kind` ("attribution" or "continuation"; None: both) within one slice
+    of model work (lookahead/scheduler.py): each raises `Cancelled` to its caller. How many there were."""
+    if kind is not None:
+        _check_choice("kind", kind, LONG_JOBS)
+    return scheduler.cancel(str(session), kind)
 
 
 def _sampling(

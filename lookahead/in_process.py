@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -48,6 +48,7 @@ from lookahead.results import (
     text_token_places,
 )
 from lookahead.sampling import Sampling
+from lookahead.scheduler import scheduler
 from lookahead.scoring import extend_and_score
 from lookahead.speculation import ScratchStore, Speculator
 
@@ -70,20 +71,25 @@ class InProcess:
         self.on_gpu = on_gpu
 
     def lookahead(self, request: LookaheadRequest, precompute: bool = False) -> dict:
-        result = last(self._serve(request))
+        with scheduler.interactive():
+            result = last(self._serve(request))
         if precompute and not on_zero_gpu():
             taken = [replace(request, text=request.text + branch["text"]) for branch in result["branches"]]
             speculator.start(request.key, taken, lambda taken, scratch: _lookahead(taken, store=scratch))
         return result
 
     def distribution(self, request: DistributionRequest) -> list[dict]:
-        return last(self._serve(request))["distribution"]
+        with scheduler.interactive():
+            return last(self._serve(request))["distribution"]
 
     def scores(self, request: ScoresRequest) -> dict:
         # Scores the session already holds (the branches' pass scored the new tokens) need no model
         # work: answered here, without pre-empting the precomputation that pass started.
         ready = _token_probabilities(request, stored_only=True)
-        return ready if ready is not None else last(self._serve(request))
+        if ready is not None:
+            return ready
+        with scheduler.interactive():
+            return last(self._serve(request))
 
     def generate(self, request: GenerateRequest) -> Iterator[dict]:
         yield from self._serve(request)
@@ -92,10 +98,12 @@ class InProcess:
         yield from self._serve(request)
 
     def forget(self, session: str) -> None:
-        """Drop everything kept for `session`: its KV caches, token listings and constraint matchers.
+        """Stop the session's long jobs and drop everything kept for it: its KV caches, token listings and
+        constraint matchers.
 
         On ZeroGPU these live in the GPU workers, out of reach here; there they age out as any cache does.
         """
+        scheduler.cancel(session)
         prefix_caches.forget(session)
         listings.forget(session)
         matchers.forget(session)
@@ -287,6 +295,8 @@ def _generation(request: GenerateRequest) -> Iterator[dict]:
         steps = lookahead_passes(model, ids[dropped:], max_new_tokens, stops, costs, guide)
     else:
         steps = greedy_passes(model, ids[dropped:], max_new_tokens, stops, guide)
+    # interactive work first; a newer continuation of the session cancels this one
+    steps = scheduler.steps(scheduler.start(request.session, "continuation", request), steps)
     yield from continuation.follow(((step.tokens, step.sources) for step in steps), request.time_limit)
 
 
@@ -305,17 +315,15 @@ def _attribution(request: AttributionRequest) -> Iterator[dict]:
     all_ids, offsets, special = (encoding[k][:cut] for k in ("input_ids", "offset_mapping", "special_tokens_mask"))
     dropped = max(0, len(all_ids) - min(request.window, _context_limit(model)))
     ids = all_ids[dropped:]
-    target_token_id = request.target_token_id
-    if target_token_id is None:
-        with torch.inference_mode():
-            logits = model(torch.tensor([ids], device=model.device), use_cache=False, logits_to_keep=1).logits
-        target_token_id = int(logits[0, -1].argmax())
-    work, of = attribute_stepwise(model, ids, target_token_id, method, steps), passes(method, steps)
+    # interactive work first; a newer question of the session cancels this one
+    job = scheduler.start(request.session, "attribution", request)
+    work = scheduler.steps(job, _explained(model, ids, request.target_token_id, method, steps))
+    of = passes(method, steps)
     while True:
         try:
             yield {"done": next(work), "of": of}
         except StopIteration as finished:
-            scores, prob = finished.value
+            target_token_id, (scores, prob) = finished.value
             break
     yield {
         "target": {"token_id": target_token_id, "token": tokenizer.decode([target_token_id]), "prob": prob},
@@ -326,3 +334,14 @@ def _attribution(request: AttributionRequest) -> Iterator[dict]:
         "tokens": attribution_entries(all_ids, [None] * dropped + scores.tolist(), tokenizer, offsets, special,
                                       text_start, chars),
     }
+
+
+def _explained(
+    model: PreTrainedModel, ids: list[int], target: int | None, method: str, steps: int
+) -> Generator[int, None, tuple[int, tuple[torch.Tensor, float]]]:
+    """attribute_stepwise's passes for `target`, or for the model's first choice after `ids` (one forward more)."""
+    if target is None:
+        with torch.inference_mode():
+            logits = model(torch.tensor([ids], device=model.device), use_cache=False, logits_to_keep=1).logits
+        target = int(logits[0, -1].argmax())
+    return target, (yield from attribute_stepwise(model, ids, target, method, steps))

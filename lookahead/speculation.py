@@ -18,14 +18,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Sequence
 from typing import NamedTuple
 
-import torch
 from transformers import DynamicCache
 
 from lookahead.prefix_cache import Continuation, Entry, PrefixCacheStore, Taken, append_known_continuation
+from lookahead.scheduler import before_every_module_call
 from lookahead.scoring import Scores
 
 Request = Hashable  # a typed request (lookahead/requests.py): frozen, equal exactly when every field is
@@ -167,7 +166,7 @@ class Speculator:
         for request in requests:
             scratch = ScratchStore(entry)
             try:
-                with _checked_in_every_module_call(checkpoint):
+                with before_every_module_call(checkpoint):
                     result = compute(request, scratch)
             except Skip:
                 continue
@@ -186,25 +185,3 @@ class Speculator:
         self.wait()
         with self._lock:
             self._ready.clear()
-
-
-@contextmanager
-def _checked_in_every_module_call(checkpoint: Callable[[], None]) -> Iterator[None]:
-    """Call `checkpoint` before every torch module's forward in this thread (other threads are untouched).
-
-    A whole forward pass over a long text takes ~100 ms on a CPU: stopping between passes would leave
-    the click that pre-empted the job competing with the rest of one. Between modules it waits about a
-    millisecond at most (the longest module call: attention over 3k tokens, ~1 ms on this CPU).
-    """
-    thread = threading.get_ident()
-
-    def hook(module: torch.nn.Module, args: tuple) -> None:
-        if threading.get_ident() == thread:
-            checkpoint()
-
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
-    try:
-        yield
-    finally:
-        handle.remove()
-

@@ -63,6 +63,7 @@ from lookahead.results import (
     stop_tokens,
 )
 from lookahead.sampling import PLAIN, Sampling
+from lookahead.scheduler import scheduler
 from lookahead.scoring import Scores, unscored
 
 # Log-probabilities per position asked of the server: vLLM's default --max-logprobs. More (a server
@@ -258,6 +259,9 @@ class VLLMBackend:
         else:
             passes = (([token], ["step"]) for token in self._constrained_tokens(model, ids[dropped:], guide, stops,
                                                                              max_new_tokens, salt))
+        # the server schedules its work; here the continuation can be cancelled between tokens
+        job = scheduler.start(request.session, "continuation", request)
+        passes = scheduler.steps(job, passes)
         yield from Continuation(tokenizer, "greedy", model, dropped, request.stop).follow(passes, request.time_limit)
 
     def attribution(self, request: AttributionRequest) -> Iterator[dict]:
@@ -265,7 +269,9 @@ class VLLMBackend:
                          "returns log-probabilities only: ask it of the in-process backend (use_backend())")
 
     def forget(self, session: str) -> None:
-        """Drop the session's constraint matchers (the server's cache is salted per session: nobody else reuses it)."""
+        """Stop the session's continuation and drop its constraint matchers (the server's cache is salted per
+        session: nobody else reuses it)."""
+        scheduler.cancel(session)
         self.matchers.forget(session)
 
     def _constrained_tokens(

@@ -48,3 +48,14 @@ def wait_for_stored_text(page, text: str) -> History:
     while (stored := stored_tree(page)).text != text and time.monotonic() < deadline:
         time.sleep(0.1)
     return stored
+
+
+def wait_for(condition, seconds: float = 60.0):
+    """`condition()`'s first truthy value, polled (the app runs in this process: its state can be read)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError("the page's work did not get there in time")

@@ -13,9 +13,11 @@ from browser import (  # skips without chromium
     SCREENSHOT,
     expect_suggestions_for,
     type_text,
+    wait_for,
     wait_for_stored_text,
 )
 from history import History
+from lookahead.scheduler import scheduler
 from ui.heatmap import HEATMAP_TOKENS, bucket, percent, shown_text
 from ui.render import branch_label, visible
 
@@ -423,3 +425,23 @@ def test_a_click_updates_the_heatmap_by_its_new_tokens_alone(page):
     assert "".join(page.locator("#heatmap .tk").all_inner_texts()) == "".join(
         shown_text(again[t["start"] : t["end"]]) for t in tokens[len(tokens) - HEATMAP_TOKENS :])
     page.locator("#heatmap-on input").uncheck()
+
+
+def test_typing_overtakes_a_running_why_and_stop_ends_it(page):
+    """A long "why?" (integrated gradients over 512 tokens) runs while the writer keeps typing: their suggestions
+    come while it runs; Stop ends it, and the view keeps what it showed."""
+    text = "The keeper climbed the stairs to the lamp, and counted the ships on the dark sea. " * 30
+    type_text(page, text)
+    expect_suggestions_for(page, text)
+    page.locator("#why-method").get_by_text("integrated_gradients").click()  # asks nothing yet: no question
+    page.locator("#plot .why").first.click()
+    job = wait_for(lambda: next(iter(scheduler.running()), None))
+    typed = text + "Then the fog came"
+    type_text(page, typed)
+    expect_suggestions_for(page, typed)
+    assert not job.cancelled and scheduler.running() == [job], "the suggestions came while the explanation ran"
+    page.locator("#why-stop").click()
+    wait_for(lambda: scheduler.running() == [])
+    assert job.cancelled
+    expect(page.locator("#why-view")).not_to_contain_text("next:")  # nothing was explained, and nothing broke
+    expect(page.locator(".toast-body.error")).to_have_count(0)

@@ -18,10 +18,12 @@ from collections.abc import Callable
 import gradio as gr
 
 from lookahead.backend import BackendError
+from lookahead.scheduler import Cancelled
 
 log = logging.getLogger("app")
-# Raised by the engine for input it refuses (the message says why) or a backend that cannot answer.
-VISITOR_ERRORS = (ValueError, BackendError)
+# Raised by the engine for input it refuses (the message says why), a backend that cannot answer, or a long job
+# its caller cancelled.
+VISITOR_ERRORS = (ValueError, BackendError, Cancelled)
 
 
 def refuse(message: str) -> gr.Error:

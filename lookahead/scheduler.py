@@ -1,0 +1,150 @@
+"""Who uses the model now: interactive work first; long work in slices that yield to it; every long job
+can be cancelled.
+
+Interactive work (a click, a keystroke's refresh, a forced token, the distribution, the heatmap's scores)
+takes well under a second. Long work (an explanation, a continuation) can take minutes on a CPU. Both run
+in threads of this process, on the same cores. A long job checks in before every torch module's forward
+call (a slice: one layer's attention or MLP, at most tens of milliseconds on a CPU): while any interactive
+request is running, it waits there, and once it is cancelled it stops there (`Cancelled`). Waiting changes
+no arithmetic, so a sliced job gives bit for bit what it gives alone.
+
+A session has at most one long job of each kind: a new one cancels the one before (the visitor asked a new
+question), and `cancel` stops them all (Stop, a closed tab, a reload).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Generator, Hashable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+
+LONG_JOBS = ("attribution", "continuation")  # the kinds of long job; a session has at most one of each
+Step, Result = TypeVar("Step"), TypeVar("Result")
+
+
+class Cancelled(Exception):
+    """The long job was cancelled: its visitor asked a new question of the same kind, pressed Stop, or left."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One long job: whose, of which kind, and how far it got."""
+
+    session: str
+    kind: str
+    question: Hashable = None  # what it answers: the same question asked again does not cancel it
+    cancelled: bool = False
+    slices: int = 0  # module calls it has run: a cancelled job's count stops growing
+    waits: int = 0  # slices it waited before, for interactive work
+
+
+class Scheduler:
+    """The running interactive requests, and each session's long jobs."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._interactive = 0  # interactive requests running now
+        self._jobs: list[Job] = []  # running, oldest first
+
+    @contextmanager
+    def interactive(self) -> Iterator[None]:
+        """Run an interactive request: long jobs wait at their next slice until it ends."""
+        with self._changed:
+            self._interactive += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._interactive -= 1
+                self._changed.notify_all()
+
+    def start(self, session: str, kind: str, question: Hashable = None) -> Job:
+        """A new long job of `kind` for `session`, answering `question`; the session's earlier one of that kind is
+        cancelled if it answers another question."""
+        job = Job(session, kind, question)
+        with self._changed:
+            for earlier in self._jobs:
+                if (earlier.session, earlier.kind) == (session, kind) and earlier.question != question:
+                    earlier.cancelled = True
+            self._jobs.append(job)
+            self._changed.notify_all()
+        return job
+
+    def finish(self, job: Job) -> None:
+        with self._changed:
+            if job in self._jobs:
+                self._jobs.remove(job)
+
+    def cancel(self, session: str, kind: str | None = None) -> int:
+        """Cancel the session's running long jobs (of `kind`, or all): each stops at its next slice. How many."""
+        with self._changed:
+            jobs = [job for job in self._jobs
+                    if job.session == session and kind in (None, job.kind) and not job.cancelled]
+            for job in jobs:
+                job.cancelled = True
+            self._changed.notify_all()
+        return len(jobs)
+
+    def running(self, session: str | None = None) -> list[Job]:
+        with self._changed:
+            return [job for job in self._jobs if session in (None, job.session)]
+
+    def steps(self, job: Job, work: Generator[Step, None, Result]) -> Generator[Step, None, Result]:
+        """`work`'s steps, each computed in `job`'s slices; the job ends with it (done, cancelled or dropped)."""
+        try:
+            while True:
+                if job.cancelled:  # between steps too: work that runs no module here (a server's) stops as well
+                    raise Cancelled(f"the {job.kind} was cancelled")
+                with self.sliced(job):
+                    try:
+                        step = next(work)
+                    except StopIteration as done:
+                        return done.value
+                yield step
+        finally:
+            self.finish(job)
+
+    @contextmanager
+    def sliced(self, job: Job) -> Iterator[None]:
+        """Run the model work inside in `job`'s slices (this thread only): each module call first waits
+        while interactive work runs, and raises `Cancelled` once the job is cancelled."""
+        with before_every_module_call(lambda: self._slice(job)):
+            yield
+
+    def _slice(self, job: Job) -> None:
+        if self._interactive or job.cancelled:  # the common case, no interactive work, takes no lock
+            with self._changed:
+                if self._interactive and not job.cancelled:
+                    job.waits += 1
+                    self._changed.wait_for(lambda: not self._interactive or job.cancelled)
+            if job.cancelled:
+                raise Cancelled(f"the {job.kind} was cancelled")
+        job.slices += 1
+
+
+@contextmanager
+def before_every_module_call(check: Callable[[], None]) -> Iterator[None]:
+    """Call `check` before every torch module's forward in this thread (other threads are untouched), and, where
+    gradients flow, again as the backward pass reaches that module's input: a backward is sliced as finely."""
+    thread = threading.get_ident()
+
+    def hook(module: torch.nn.Module, args: tuple) -> None:
+        if threading.get_ident() == thread:
+            check()
+            if torch.is_grad_enabled():
+                for arg in args:
+                    if isinstance(arg, torch.Tensor) and arg.requires_grad:
+                        arg.register_hook(lambda grad: check())
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+scheduler = Scheduler()

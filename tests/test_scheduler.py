@@ -1,0 +1,187 @@
+"""Interactive work first: long jobs (an explanation, a continuation) yield the model to clicks between slices,
+stop within a slice once cancelled, and give exactly what they give alone. Orders are asserted, never times."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from gradio_client import Client
+
+import custom_llm_inference as cli
+from lookahead.scheduler import Cancelled, Scheduler, scheduler
+from threads import JOIN_SECONDS, SECONDS, run_threads, until
+
+LONG_TEXT = "The lighthouse keeper counted the ships that passed the rocks at night. " * 60  # ~900 tokens
+SHORT_TEXT = "Once upon a time"
+
+
+def long_explanation(session: str, finished: list, steps: int = 64) -> threading.Thread:
+    """Integrated gradients over ~900 tokens in a thread (long by its size), recording how it ended."""
+
+    def explain() -> None:
+        try:
+            cli.attribution(LONG_TEXT, None, "integrated_gradients", steps, 1024, session=session)
+            finished.append((session, "done"))
+        except Cancelled:
+            finished.append((session, "cancelled"))
+
+    thread = threading.Thread(target=explain, daemon=True)
+    thread.start()
+    return thread
+
+
+def running_job(session: str | None):
+    """The session's long job (None: anybody's), once it has run a slice of model work."""
+    deadline = time.monotonic() + JOIN_SECONDS
+    while time.monotonic() < deadline:
+        jobs = [job for job in scheduler.running(session) if job.slices]
+        if jobs:
+            return jobs[0]
+        time.sleep(0.01)
+    raise AssertionError(f"no long job of {session or 'anybody'} started")
+
+
+def test_a_click_of_another_session_finishes_before_a_running_explanation_which_then_stops(embedded):
+    finished: list = []
+    thread = long_explanation("A", finished)
+    job = running_job("A")
+    cli.lookahead(SHORT_TEXT, 3, 3, session="B")
+    finished.append(("B", "done"))
+    assert job.waits > 0, "the explanation waited while the click was computed"
+    assert cli.cancel("A", "attribution") == 1
+    thread.join(JOIN_SECONDS)
+    assert finished == [("B", "done"), ("A", "cancelled")]
+    slices = job.slices
+    time.sleep(0.3)
+    assert job.slices == slices, "a cancelled job runs no more model work"
+    assert scheduler.running("A") == []
+    assert cli.lookahead(SHORT_TEXT, 3, 3, session="A")["branches"], "its session is answered next"
+
+
+def test_a_newer_question_of_the_session_cancels_the_older_and_the_same_question_does_not():
+    jobs = Scheduler()
+    first = jobs.start("s", "attribution", "why this?")
+    again = jobs.start("s", "attribution", "why this?")
+    assert not first.cancelled
+    other_kind = jobs.start("s", "continuation", "go on")
+    other_session = jobs.start("t", "attribution", "why that?")
+    newer = jobs.start("s", "attribution", "why that?")
+    assert first.cancelled and again.cancelled and not newer.cancelled
+    assert not other_kind.cancelled and not other_session.cancelled
+    assert jobs.cancel("s") == 2 and other_kind.cancelled and not other_session.cancelled
+
+
+def test_a_job_cancelled_during_a_backward_pass_stops_there():
+    """The slices reach into the backward pass: a check fails there too, and stops the gradient."""
+    jobs = Scheduler()
+    job = jobs.start("s", "attribution")
+    layers = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    x = torch.ones(1, 4, requires_grad=True)
+    with jobs.sliced(job):
+        y = layers(x).sum()
+        forward = job.slices
+        job.cancelled = True
+        with pytest.raises(Cancelled):
+            torch.autograd.grad(y, x)
+    assert job.slices == forward
+
+
+def test_an_explanation_sliced_between_clicks_equals_the_same_explanation_alone(embedded):
+    text = "The harbour town woke slowly, and the fishing boats went out one by one."
+    alone = cli.attribution(text, None, "integrated_gradients", 8, session="alone")
+    answers: list = []
+    clicks = threading.Thread(target=lambda: [cli.lookahead(SHORT_TEXT + f" {i}", 3, 2, session="clicker")
+                                              for i in range(8)], daemon=True)
+    clicks.start()
+    answers.append(cli.attribution(text, None, "integrated_gradients", 8, session="sliced"))
+    clicks.join(JOIN_SECONDS)
+    assert answers[0] == alone
+
+
+def test_a_continuation_yields_to_a_click_and_gives_the_same_tokens(embedded):
+    alone = cli.generate(LONG_TEXT[:600], 48, "greedy", session="alone")
+    finished: list = []
+
+    def go_on() -> None:
+        finished.append(("A", cli.generate(LONG_TEXT[:600], 48, "greedy", session="A")))
+
+    thread = threading.Thread(target=go_on, daemon=True)
+    thread.start()
+    running_job("A")
+    cli.lookahead(SHORT_TEXT, 3, 3, session="B")
+    finished.append(("B", None))
+    thread.join(JOIN_SECONDS)
+    assert [who for who, _ in finished] == ["B", "A"]
+    assert finished[1][1]["token_ids"] == alone["token_ids"]
+
+
+def choices(result: dict) -> tuple:
+    """What a lookahead chose: its branches' tokens and the distribution's order (a warm cache's probabilities
+    differ from a cold one's in the last bits)."""
+    return [b["token_ids"] for b in result["branches"]], [d["token_id"] for d in result["distribution"]]
+
+
+def test_long_and_short_work_of_several_visitors_with_cancellations(embedded):
+    """Threads explain, continue, click and cancel at random: no exception but Cancelled, no deadlock, and every
+    answer that completes equals the same call made alone."""
+    texts = ["The harbour town woke slowly.", "Gulls argued over scraps and", "Once upon a time, a keeper"]
+    done: list[tuple[str, tuple, object]] = []
+
+    def explainer(rng) -> None:
+        going = until(SECONDS)
+        while going():
+            session, text = f"visitor {rng.randrange(3)}", rng.choice(texts)
+            try:
+                done.append(("attribution", (text,), cli.attribution(text, None, "saliency", session=session)))
+            except Cancelled:
+                pass
+
+    def continuer(rng) -> None:
+        going = until(SECONDS)
+        while going():
+            session, text = f"visitor {rng.randrange(3)}", rng.choice(texts)
+            try:
+                done.append(("generate", (text,), cli.generate(text, 6, "greedy", session=session)["token_ids"]))
+            except Cancelled:
+                pass
+
+    def clicker(rng) -> None:
+        going = until(SECONDS)
+        while going():
+            text = rng.choice(texts)
+            answer = cli.lookahead(text, 2, 2, session=f"clicker {rng.randrange(2)}")
+            done.append(("lookahead", (text,), choices(answer)))
+
+    def canceller(rng) -> None:
+        going = until(SECONDS)
+        while going():
+            cli.cancel(f"visitor {rng.randrange(3)}")
+            time.sleep(rng.random() * 0.05)
+
+    run_threads([explainer, explainer, continuer, clicker, canceller], seed=3)
+    assert scheduler.running() == []
+    fresh = {
+        "attribution": lambda text: cli.attribution(text, None, "saliency", session="fresh"),
+        "generate": lambda text: cli.generate(text, 6, "greedy", session="fresh")["token_ids"],
+        "lookahead": lambda text: choices(cli.lookahead(text, 2, 2, session=f"fresh {text}")),
+    }
+    assert {kind for kind, _, _ in done} == set(fresh), "every kind of work completed at least once"
+    for kind, (text,), answer in done:
+        assert answer == fresh[kind](text), (kind, text)
+
+
+def test_through_the_app_a_click_is_answered_while_another_visitors_explanation_runs(app_url):
+    explainer, writer = Client(app_url, verbose=False), Client(app_url, verbose=False)
+    long = explainer.submit(LONG_TEXT, None, "integrated_gradients", 64, 1024, api_name="/attribution")
+    job = running_job(None)
+    assert writer.predict(SHORT_TEXT, 3, 3, api_name="/lookahead")["branches"]
+    assert not long.done(), "the click did not wait for the explanation"
+    assert job.waits > 0
+    # the explainer's newer question replaces the long one, which ends as cancelled
+    short = explainer.predict("The cat sat on the", None, "saliency", 1, 16, api_name="/attribution")
+    assert short["tokens"]
+    with pytest.raises(Exception, match="cancelled"):
+        long.result(timeout=JOIN_SECONDS)
