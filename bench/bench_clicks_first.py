@@ -1,0 +1,83 @@
+"""Clicks first: visitor B's click while visitor A's long job runs, against B alone, on one `python app.py`.
+
+B writes a ~600-token text and takes the first branch, again and again (the call a click makes, /lookahead on the
+text plus the branch), timed by the client. Each scenario first times B alone, then starts A's long job through
+its own gradio_client session and times B's clicks while it runs:
+  explain   A asks "why?" by integrated gradients (32 points) over a 2,048-token window
+  continue  A continues a text by 256 tokens
+Reported: B's median click alone and during A's job, their ratio (the cost of sharing the two cores; the target
+is at most 2x), and whether A's job was still running when B's clicks ended (so they were measured against it).
+A's explanation is then replaced by a newer question of A's, which cancels it (it would run minutes more).
+Run: python bench/bench_clicks_first.py [--clicks 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from gradio_client import Client
+from serving import start_server
+
+ROOT = Path(__file__).resolve().parents[1]
+PASSAGE = (
+    "The harbour town woke slowly. Fishermen hauled their nets along the quay, gulls argued over scraps, and the "
+    "baker's boy ran between the houses with a basket of warm loaves. "
+)
+WRITER_TEXT = "Chapter one. " + PASSAGE * 18  # ~600 tokens
+LONG_TEXT = "Chapter two. " + PASSAGE * 64  # past 2,048 tokens: the explanation's window is full
+JOBS = {
+    "explain": lambda client: client.submit(LONG_TEXT, None, "integrated_gradients", 32, 2048,
+                                            api_name="/attribution"),
+    "continue": lambda client: client.submit(LONG_TEXT[:3000], 256, "greedy", api_name="/generate"),
+}
+
+
+def clicks(writer: Client, n: int) -> list[float]:
+    """n clicks: each takes the first branch shown and gets the next suggestions; seconds per click."""
+    text = WRITER_TEXT
+    branch = writer.predict(text, 5, 3, api_name="/lookahead")["branches"][0]
+    seconds = []
+    for _ in range(n):
+        text += branch["text"]
+        start = time.perf_counter()
+        branch = writer.predict(text, 5, 3, api_name="/lookahead")["branches"][0]
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clicks", type=int, default=5)
+    parser.add_argument("--jobs", nargs="+", choices=list(JOBS), default=list(JOBS))
+    args = parser.parse_args()
+    server, url = start_server(lambda port: [sys.executable, str(ROOT / "app.py")], {}, "clicks_first")
+    try:
+        Client(url, verbose=False).predict("Warm-up.", 2, 2, api_name="/lookahead")
+        print("| A's long job | B's click alone (ms) | during A's job (ms) | ratio | A's job still running after |")
+        print("|---|---:|---:|---:|---|")
+        for name in args.jobs:
+            alone = statistics.median(clicks(Client(url, verbose=False), args.clicks))
+            visitor_a = Client(url, verbose=False)
+            job = JOBS[name](visitor_a)
+            time.sleep(3)  # A's job is under way (its first slices run)
+            during = statistics.median(clicks(Client(url, verbose=False), args.clicks))
+            ran_throughout = "yes" if not job.done() else "no: it ended first"
+            if name == "explain":  # A asks a newer question, which cancels the long one (minutes on a CPU)
+                visitor_a.predict("Stop here.", None, "saliency", 1, 8, api_name="/attribution")
+            try:
+                job.result(timeout=3600)
+            except Exception:  # noqa: BLE001 - the cancelled explanation ends so
+                pass
+            print(f"| {name} | {1000 * alone:.0f} | {1000 * during:.0f} | {during / alone:.2f}× | {ran_throughout} |",
+                  flush=True)
+    finally:
+        os.killpg(server.pid, 9)
+
+
+if __name__ == "__main__":
+    main()
