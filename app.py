@@ -756,7 +756,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
             plot = gr.HTML(elem_id="plot", js_on_load=CLICK_TOKEN_JS)
             with gr.Accordion("Why? (“why?” beside a token, on a branch, or in the heatmap)", open=True,
                               elem_id="why-panel"):
-                with gr.Row(equal_height=True):
+                with gr.Row():
                     why_method = gr.Radio(list(cli.ATTRIBUTION_METHODS), value="input_x_gradient", label="Method",
                                           elem_id="why-method", scale=4)
                     why_stop = gr.Button("Stop", elem_id="why-stop", size="sm", scale=0, min_width=70)
