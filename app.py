@@ -357,6 +357,11 @@ def explain(question: dict | None, method: str, request: gr.Request, progress=gr
     return {why: attribution_view(question["text"], result, question["where"]), why_state: question}
 
 
+def still_continuing() -> None:
+    """What an event of a session whose Continue is still writing answers, at once."""
+    raise refuse("Continue is still writing your text; try again when it has finished.")
+
+
 def stop_explaining(request: gr.Request) -> None:
     """Stop: the running "why?" ends within one slice of its model work."""
     if not cli.cancel(session_key(request), "attribution"):
@@ -819,7 +824,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     order = SessionOrder()
 
     def handler(fn: Callable, inputs: dict[str, gr.components.Component | Controls], outputs: set,
-                **options) -> dict:
+                while_continuing: Callable[[], object] = still_continuing, **options) -> dict:
         """An event listener's arguments (`button.click(**handler(...))`) for `fn`, which takes `inputs` by name
         (ui/controls.py) and answers {component: value} for `outputs`; failures reach the visitor as messages.
 
@@ -830,14 +835,17 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         panel's fields) touches none of it and runs at once. An explanation writes the "why?" view alone
         (WHY_VIEW): it takes no turn either, so typing overtakes it, and it runs in the "explain" group, so
         it never holds up anybody's suggestions (its model work yields to theirs: lookahead/scheduler.py); a
-        newer question of the same session cancels it. Continuations pass concurrency_id="generate".
+        newer question of the same session cancels it. Continuations pass concurrency_id="generate" and hold
+        their session's turn while they write: meanwhile the session's other events answer at once
+        (`while_continuing`: a refusal that says so, or a refresh skipped), since waiting would hold their
+        "interact" slot, and so everybody's suggestions, for as long as the Continue runs.
         """
         fn, components = by_name(fn, inputs)
         fn = handled(fn)
         if outputs <= WHY_VIEW:
             options = {"concurrency_id": "explain", "concurrency_limit": EXPLANATIONS_AT_ONCE, **options}
         elif SESSION_STATE & {*components, *outputs}:
-            fn = order.wrap(fn)
+            fn = order.wrap(fn, long=options.get("concurrency_id") == "generate", while_long=while_continuing)
         return {"fn": fn, "inputs": components, "outputs": outputs, "api_visibility": "private",
                 "concurrency_id": "interact", **options}
 
@@ -845,7 +853,9 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                     constraints=constraint_controls)
     suggestion_outputs = {shown_state, *branch_buttons, plot, status, heatmap, heatmap_state, history_state, tree,
                           history_sync}
-    suggestion = handler(suggest, dict(text=text_box, history=history_state, **settings), suggestion_outputs)
+    # A refresh asked while the session's Continue writes is skipped: the Continue refreshes when it ends.
+    suggestion = handler(suggest, dict(text=text_box, history=history_state, **settings), suggestion_outputs,
+                         while_continuing=gr.skip)
     at_node_outputs = {text_box, conversation_state, conversation_view, history_state}
     edit_outputs = {text_box, history_state}
     why_outputs = WHY_VIEW

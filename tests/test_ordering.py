@@ -46,3 +46,34 @@ def test_wrapped_functions_and_generators_run_in_a_worker_thread_with_their_argu
 
     (total, in_thread), streamed = asyncio.run(main())
     assert total == 5 and in_thread and streamed == [0, 1, 2]
+
+
+def test_a_short_event_answers_at_once_while_its_sessions_long_event_holds_the_turn():
+    """Waiting would hold the short event's concurrency slot, and everybody's events of its group, behind the long
+    one: it answers at once instead; other sessions, and the session after the long event, run as usual."""
+    order, log = SessionOrder(), []
+    short = order.wrap(lambda: "computed", while_long=lambda: "answered at once")
+
+    async def main():
+        release = asyncio.Event()
+
+        async def long_event():
+            async with order.turn("writer", long=True):
+                log.append("long starts")
+                await release.wait()
+                log.append("long ends")
+
+        task = asyncio.create_task(long_event())
+        await asyncio.sleep(0)  # the long event takes the turn
+        LocalContext.request.set(SimpleNamespace(session_hash="writer"))
+        log.append(await short())
+        LocalContext.request.set(SimpleNamespace(session_hash="another visitor"))
+        log.append(await short())
+        release.set()
+        await task
+        LocalContext.request.set(SimpleNamespace(session_hash="writer"))
+        log.append(await short())
+
+    asyncio.run(main())
+    assert log == ["long starts", "answered at once", "computed", "long ends", "computed"]
+    assert len(order) == 0 and not order.busy_with_long("writer")

@@ -22,40 +22,64 @@ _DONE = object()
 
 
 class SessionOrder:
-    """Per-session FIFO locks, dropped when no event of that session is running or waiting."""
+    """Per-session FIFO locks, dropped when no event of that session is running or waiting.
+
+    A long event (a Continue) holds its session's turn for as long as it runs. A short event of that session
+    must not wait for it: it would wait inside its concurrency slot, and every other visitor's events of its
+    group with it. So while a long event holds the session's turn or waits for it, a short one answers at once
+    (`while_long`) instead.
+    """
 
     def __init__(self) -> None:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # session -> (lock, events holding or waiting)
+        self._long: dict[str, int] = {}  # session -> its long events holding or waiting for the turn
 
     @contextlib.asynccontextmanager
-    async def turn(self, session: str) -> AsyncIterator[None]:
+    async def turn(self, session: str, long: bool = False) -> AsyncIterator[None]:
         lock, users = self._locks.get(session, (None, 0))
         lock = lock or asyncio.Lock()
         self._locks[session] = (lock, users + 1)
+        if long:
+            self._long[session] = self._long.get(session, 0) + 1
         try:
             async with lock:
                 yield
         finally:
+            if long:
+                self._long[session] -= 1
+                if not self._long[session]:
+                    del self._long[session]
             lock, users = self._locks[session]
             if users == 1:
                 del self._locks[session]
             else:
                 self._locks[session] = (lock, users - 1)
 
+    def busy_with_long(self, session: str) -> bool:
+        return session in self._long
+
     def __len__(self) -> int:
         return len(self._locks)
 
-    def wrap(self, fn: Callable) -> Callable:
+    def wrap(self, fn: Callable, long: bool = False, while_long: Callable[[], object] | None = None) -> Callable:
         """`fn` (a plain function or generator) as a gradio handler that waits for its session's turn.
 
-        The signature stays `fn`'s (functools.wraps), so gradio passes the same inputs,
-        gr.Request and gr.EventData included.
+        `long`: `fn` is a long event. A short one calls `while_long()` instead of waiting while its session has a
+        long event (it returns the handler's answer, or raises the visitor's message). The signature stays
+        `fn`'s (functools.wraps), so gradio passes the same inputs, gr.Request and gr.EventData included.
         """
+        def busy(session: str) -> bool:
+            return not long and while_long is not None and self.busy_with_long(session)
+
         if inspect.isgeneratorfunction(fn):
 
             @functools.wraps(fn)
             async def stream(*args, **kwargs):
-                async with self.turn(_session()):
+                session = _session()
+                if busy(session):
+                    yield while_long()
+                    return
+                async with self.turn(session, long):
                     iterator = fn(*args, **kwargs)
                     while (item := await anyio.to_thread.run_sync(next, iterator, _DONE)) is not _DONE:
                         yield item
@@ -64,7 +88,10 @@ class SessionOrder:
 
         @functools.wraps(fn)
         async def call(*args, **kwargs):
-            async with self.turn(_session()):
+            session = _session()
+            if busy(session):
+                return while_long()
+            async with self.turn(session, long):
                 return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
 
         return call
