@@ -14,6 +14,7 @@ question), and `cancel` stops them all (Stop, a closed tab, a reload).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Generator, Hashable, Iterator
 from contextlib import contextmanager
@@ -46,6 +47,12 @@ class Scheduler:
     """The running interactive requests, and each session's long jobs."""
 
     def __init__(self) -> None:
+        self._start_afresh()
+        # A process forked from this one (a ZeroGPU worker) starts with none of its work: the requests and jobs
+        # counted here run in this process, and would hold that one's long jobs forever.
+        os.register_at_fork(after_in_child=self._start_afresh)
+
+    def _start_afresh(self) -> None:
         self._changed = threading.Condition()
         self._interactive = 0  # interactive requests running now
         self._jobs: list[Job] = []  # running, oldest first

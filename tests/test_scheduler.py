@@ -3,6 +3,7 @@ stop within a slice once cancelled, and give exactly what they give alone. Order
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -213,3 +214,23 @@ def test_through_the_app_a_click_is_answered_while_another_visitors_explanation_
     assert short["tokens"]
     with pytest.raises(Exception, match="cancelled"):
         long.result(timeout=JOIN_SECONDS)
+
+
+def test_a_forked_process_starts_with_none_of_the_parents_work():
+    """A ZeroGPU worker is forked while the parent serves a click: its own long jobs must not wait for that."""
+    jobs, layer = Scheduler(), torch.nn.Linear(8, 8)
+    with jobs.interactive():
+        jobs.start("s", "attribution")
+        child = os.fork()
+        if child == 0:  # the worker: a long job of its own runs, and nothing is running or cancelled here
+            job = jobs.start("s", "continuation")
+            with jobs.sliced(job), torch.inference_mode():
+                layer(torch.ones(1, 8))
+            os._exit(0 if jobs.running() == [job] and job.slices == 1 else 1)
+        deadline = time.monotonic() + JOIN_SECONDS
+        while (ended := os.waitpid(child, os.WNOHANG))[0] == 0:
+            if time.monotonic() > deadline:
+                os.kill(child, 9)
+                raise AssertionError("the forked process's long job waited for the parent's click")
+            time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(ended[1]) == 0
