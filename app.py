@@ -23,6 +23,7 @@ import gradio as gr
 
 import custom_llm_inference as cli
 from history import History
+from lookahead.in_process import InProcess
 from ui.chat import MODES as CHAT_MODES
 from ui.chat import TEXT_LABELS, awaiting_user, started_by, with_reply, with_user_message
 from ui.constrain import PRESETS as CONSTRAINT_PRESETS
@@ -60,6 +61,9 @@ QUEUE_SIZE = 512
 # Explanations running at once, each paused while suggestions are computed: room for a visitor's newer question
 # to start (and cancel their older one) while another visitor's explanation runs.
 EXPLANATIONS_AT_ONCE = 4
+# While a long text is read, partial suggestions (lookahead/reading.py) are asked again this often, to show the
+# read's progress and, once it ends, the exact suggestions.
+READ_POLL_SECONDS = 1.0
 # While the writer reads, compute what each shown branch gives if taken (LOOKAHEAD_PRECOMPUTE=0: off).
 PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 
@@ -102,7 +106,12 @@ def status_line(result: dict, ms: float, constraint: dict | None) -> str:
     )
     if constraint is not None:
         line += f" · constrained ({constraint['type']})"
-    if result["notice"]:
+    partial = result.get("partial")
+    if partial:
+        read, total = partial["read_tokens"], partial["context_tokens"]
+        line += (f" · ⏳ **Partial:** from the last {partial['window_tokens']} tokens while the whole text is read "
+                 f"({read} of {total} tokens, {100 * read // total}%); the exact suggestions follow")
+    elif result["notice"]:
         line += f" · ⚠️ {result['notice']}"
     return line
 
@@ -133,7 +142,7 @@ def suggest(
         waiting = ("Write the user's message below to continue the conversation." if messages is not None
                    else "Type something to see where the model could go next.")
         return {shown_state: None, **branch_choices([]), plot: "", status: waiting, **history_shown(history),
-                heatmap: "", heatmap_state: None}
+                heatmap: "", heatmap_state: None, read_timer: gr.Timer(active=False)}
     if sampling.seed is None:
         raise refuse("Give a seed (a whole number, 0 or more).")
     start = time.perf_counter()
@@ -145,10 +154,11 @@ def suggest(
         constraint=constraints.for_text(text), stop=constraints.stop_strings,
     )
     ms = 1000 * (time.perf_counter() - start)
-    heat = show_heatmap(text, view, context, request, rescore=True)  # after the branches: their pass scored the text
+    # After the branches, whose pass scored the text; a long text's colours come once it is read.
+    heat = {} if result["partial"] else show_heatmap(text, view, context, request, rescore=True)
     return {shown_state: (text, result), **branch_choices(result["branches"]),
             plot: distribution_plot(result["distribution"]), status: status_line(result, ms, constraints.constraint),
-            **history_shown(history), **heat}
+            read_timer: gr.Timer(active=bool(result["partial"])), **history_shown(history), **heat}
 
 
 def show_heatmap(text: str, view: HeatmapView, context: Context, request: gr.Request, *, rescore: bool = False) -> dict:
@@ -574,7 +584,8 @@ def api_lookahead(
     with caller_session(request) as session:
         return reply(cli.lookahead(
             text, n_branches, depth, temperature, top_k, top_p, repetition_penalty, branch_mode, seed,
-            session=session, messages=messages, model_name=cli.offered_model_name(model_name),
+            session=session, partial=not from_mcp(request),  # an MCP call's session ends with it: no read to follow
+            messages=messages, model_name=cli.offered_model_name(model_name),
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, constraint=constraint, stop=stop,
         ), request)
 
@@ -731,6 +742,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 extra_box = gr.Textbox(show_label=False, placeholder="Text to append as is…", elem_id="extra", scale=4)
                 append_button = gr.Button("Append", elem_id="append", size="sm", scale=1, min_width=90)
             status = gr.Markdown(elem_id="status")
+            read_timer = gr.Timer(READ_POLL_SECONDS, active=False)  # on while the suggestions shown are partial
             with gr.Row():
                 n_tokens = gr.Number(64, minimum=1, maximum=256, step=1, precision=0, label="Tokens to continue")
                 lossless = gr.Checkbox(True, label="Lookahead decoding (same text, fewer passes)")
@@ -852,7 +864,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     settings = dict(shape=shape_controls, sampling=sampling_controls, view=heatmap_controls, context=context_controls,
                     constraints=constraint_controls)
     suggestion_outputs = {shown_state, *branch_buttons, plot, status, heatmap, heatmap_state, history_state, tree,
-                          history_sync}
+                          history_sync, read_timer}
     # A refresh asked while the session's Continue writes is skipped: the Continue refreshes when it ends.
     suggestion = handler(suggest, dict(text=text_box, history=history_state, **settings), suggestion_outputs,
                          while_continuing=gr.skip)
@@ -862,7 +874,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
 
     # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
     text_edited.click(trigger_mode="always_last", **suggestion)
-    gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit], **suggestion)
+    gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit, read_timer.tick], **suggestion)
     demo.load(js=READ_STORED_JS, **handler(restore, dict(stored=history_sync, history=history_state),
                                            at_node_outputs)).then(**suggestion)
     history_sync.change(None, history_sync, None, js=SAVE_HISTORY_JS)
@@ -957,7 +969,10 @@ def concurrency() -> int:
 
 
 def launch(**kwargs):
-    """Start the app with its keyboard shortcuts and styles (Gradio 6 takes them at launch)."""
+    """Start the app with its keyboard shortcuts and styles (Gradio 6 takes them at launch). In-process, the model
+    loads first, and what a first answer to a long text may read is timed while the machine is idle."""
+    if isinstance(cli.backend(), InProcess):
+        cli.backend().warm_up()
     queued = demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=concurrency())
     return queued.launch(head=KEYBOARD_JS + BRANCH_WHY_JS, css=CSS, **kwargs)
 

@@ -413,6 +413,7 @@ def lookahead(
     model_name: str | None = None,
     messages: list[dict] | None = None,
     precompute: bool = False,
+    partial: bool = True,
     presence_penalty: float = 0.0,
     frequency_penalty: float = 0.0,
     constraint: dict | None = None,
@@ -432,7 +433,10 @@ def lookahead(
     text out): taking it ends the text, or in chat mode the reply. `session` keys the KV cache that later calls
     of the same writer reuse. `precompute=True` then computes, in the background, the result
     for `text` + each branch (lookahead/speculation.py), so taking one is answered at once;
-    off ZeroGPU only, where a GPU call cannot outlive its request. The penalties and `constraint`
+    off ZeroGPU only, where a GPU call cannot outlive its request. With `partial` (in-process, off ZeroGPU), a long
+    text the session's cache does not hold answers at once from its last tokens, "partial" saying so, while it
+    is read in the background; the same call again answers with the progress, then exactly (lookahead/reading.py).
+    `partial=False` reads it whole within the call. The penalties and `constraint`
     are as for next_token_distribution: under a constraint branches start from valid tokens and
     continue under it, and one that completes it ends there (`ends`). A branch also ends where it
     completes one of the `stop` strings: its text is cut before the string, and "stop" names it.
@@ -448,7 +452,7 @@ def lookahead(
         constraint=_check_constraint(constraint, common["text"], common["model_name"]),
         stop=_check_stop(stop),
     )
-    return _backend.lookahead(request, precompute)
+    return _backend.lookahead(request, precompute, partial)
 
 
 def generate_stream(

@@ -3,12 +3,17 @@
 B writes a ~600-token text and takes the first branch, again and again (the call a click makes, /lookahead on the
 text plus the branch), timed by the client. Each scenario first times B alone, then starts A's long job through
 its own gradio_client session and times B's clicks while it runs:
-  explain   A asks "why?" by integrated gradients (32 points) over a 2,048-token window
-  continue  A continues a text by 256 tokens
+  explain      A asks "why?" by integrated gradients (32 points) over a 2,048-token window
+  continue     A continues a text by 256 tokens
+  paste        A pastes an ~8k-token text: A's suggestions come at once from its last tokens, the rest is read
+               in the background (lookahead/reading.py)
+  paste-whole  the same on a server that reads every text whole within the call (LOOKAHEAD_FIRST_ANSWER_SECONDS=0),
+               as before partial answers: the baseline
 Reported: B's median click alone and during A's job, their ratio (the cost of sharing the two cores; the target
-is at most 2x), and whether A's job was still running when B's clicks ended (so they were measured against it).
+is at most 2x), B's slowest click during A's job (a click that waited for all of it), and whether A's job was
+still running when B's clicks ended (so they were measured against it).
 A's explanation is then replaced by a newer question of A's, which cancels it (it would run minutes more).
-Run: python bench/bench_clicks_first.py [--clicks 5]
+Run: python bench/bench_clicks_first.py [--clicks 5] [--jobs explain continue paste paste-whole]
 """
 
 from __future__ import annotations
@@ -30,17 +35,32 @@ PASSAGE = (
 )
 WRITER_TEXT = "Chapter one. " + PASSAGE * 18  # ~600 tokens
 LONG_TEXT = "Chapter two. " + PASSAGE * 64  # past 2,048 tokens: the explanation's window is full
+PASTE = "".join(f"{i}. {PASSAGE}" for i in range(230))  # ~8k tokens, no two paragraphs alike
 JOBS = {
     "explain": lambda client: client.submit(LONG_TEXT, None, "integrated_gradients", 32, 2048,
                                             api_name="/attribution"),
     "continue": lambda client: client.submit(LONG_TEXT[:3000], 256, "greedy", api_name="/generate"),
+    "paste": lambda client: client.submit(PASTE, 5, 3, api_name="/lookahead"),
+    "paste-whole": lambda client: client.submit(PASTE, 5, 3, api_name="/lookahead"),
 }
+SERVER_ENV = {"paste-whole": {"LOOKAHEAD_FIRST_ANSWER_SECONDS": "0"}}  # a server of its own, with this set
+
+
+def still_running(name: str, visitor_a: Client, job) -> bool:
+    """Whether A's job is still under way: for a paste, whether A's text is still being read."""
+    if name == "paste":
+        return visitor_a.predict(PASTE, 5, 3, api_name="/lookahead")["partial"] is not None
+    return not job.done()
 
 
 def clicks(writer: Client, n: int) -> list[float]:
     """n clicks: each takes the first branch shown and gets the next suggestions; seconds per click."""
     text = WRITER_TEXT
-    branch = writer.predict(text, 5, 3, api_name="/lookahead")["branches"][0]
+    result = writer.predict(text, 5, 3, api_name="/lookahead")
+    while result["partial"]:  # on a slow machine even this text is read in the background first
+        time.sleep(0.5)
+        result = writer.predict(text, 5, 3, api_name="/lookahead")
+    branch = result["branches"][0]
     seconds = []
     for _ in range(n):
         text += branch["text"]
@@ -55,28 +75,38 @@ def main() -> None:
     parser.add_argument("--clicks", type=int, default=5)
     parser.add_argument("--jobs", nargs="+", choices=list(JOBS), default=list(JOBS))
     args = parser.parse_args()
-    server, url = start_server(lambda port: [sys.executable, str(ROOT / "app.py")], {}, "clicks_first")
+    servers = {}
     try:
-        Client(url, verbose=False).predict("Warm-up.", 2, 2, api_name="/lookahead")
-        print("| A's long job | B's click alone (ms) | during A's job (ms) | ratio | A's job still running after |")
-        print("|---|---:|---:|---:|---|")
+        print("| A's long job | B's click alone (ms) | during A's job (ms) | ratio | B's slowest click during (ms) | "
+              "A's job still running after |")
+        print("|---|---:|---:|---:|---:|---|")
         for name in args.jobs:
+            env = SERVER_ENV.get(name, {})
+            if str(env) not in servers:
+                servers[str(env)] = start_server(lambda port: [sys.executable, str(ROOT / "app.py")], env,
+                                                 "clicks_first")
+                Client(servers[str(env)][1], verbose=False).predict("Warm-up.", 2, 2, api_name="/lookahead")
+            url = servers[str(env)][1]
             alone = statistics.median(clicks(Client(url, verbose=False), args.clicks))
             visitor_a = Client(url, verbose=False)
             job = JOBS[name](visitor_a)
             time.sleep(3)  # A's job is under way (its first slices run)
-            during = statistics.median(clicks(Client(url, verbose=False), args.clicks))
-            ran_throughout = "yes" if not job.done() else "no: it ended first"
+            seconds = clicks(Client(url, verbose=False), args.clicks)
+            during = statistics.median(seconds)
+            ran_throughout = "yes" if still_running(name, visitor_a, job) else "no: it ended first"
             if name == "explain":  # A asks a newer question, which cancels the long one (minutes on a CPU)
                 visitor_a.predict("Stop here.", None, "saliency", 1, 8, api_name="/attribution")
             try:
                 job.result(timeout=3600)
             except Exception:  # noqa: BLE001 - the cancelled explanation ends so
                 pass
-            print(f"| {name} | {1000 * alone:.0f} | {1000 * during:.0f} | {during / alone:.2f}× | {ran_throughout} |",
-                  flush=True)
+            while name == "paste" and still_running(name, visitor_a, job):  # its read ends before the next job
+                time.sleep(1)
+            print(f"| {name} | {1000 * alone:.0f} | {1000 * during:.0f} | {during / alone:.2f}× | "
+                  f"{1000 * max(seconds):.0f} | {ran_throughout} |", flush=True)
     finally:
-        os.killpg(server.pid, 9)
+        for server, _ in servers.values():
+            os.killpg(server.pid, 9)
 
 
 if __name__ == "__main__":

@@ -17,14 +17,17 @@ from typing import NamedTuple
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from lookahead import reading
 from lookahead.attribution import attribute_stepwise, passes
 from lookahead.branches import Lookahead, get_lookahead_sequences
 from lookahead.chat import as_dicts, encode
 from lookahead.constraints import MatcherStore
-from lookahead.context import read_prompt, read_scored_text
+from lookahead.context import Prompt, read_prompt, read_scored_text
 from lookahead.decoding import greedy_passes, lookahead_passes
-from lookahead.models import load_model, model_pass_costs, on_zero_gpu
-from lookahead.prefix_cache import PrefixCacheStore, common_prefix_length, forget_session
+from lookahead.kv_cache import GrowableCache
+from lookahead.models import default_model_name, load_model, model_pass_costs, on_zero_gpu
+from lookahead.prefix_cache import PrefixCacheStore, Taken, common_prefix_length, forget_session, renew_lock_in_forks
+from lookahead.reading import Read, Reader
 from lookahead.requests import (
     AttributionRequest,
     DistributionRequest,
@@ -54,6 +57,7 @@ from lookahead.speculation import ScratchStore, Speculator
 
 prefix_caches = PrefixCacheStore()
 speculator = Speculator(prefix_caches)
+reader = Reader(prefix_caches)
 matchers = MatcherStore()
 
 
@@ -70,15 +74,20 @@ class InProcess:
     def __init__(self, on_gpu: Callable[[Request], Iterator[dict]]) -> None:
         self.on_gpu = on_gpu
 
-    def lookahead(self, request: LookaheadRequest, precompute: bool = False) -> dict:
+    def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True) -> dict:
+        read = _read_first(request) if partial else None
         with scheduler.interactive():
-            result = last(self._serve(request))
-        if precompute and not on_zero_gpu():
+            if read is None:
+                result = last(self._serve(request))
+            else:  # a long text: answered at once from its last tokens, while it is read (lookahead/reading.py)
+                result = last(self._serve(request, lambda: iter([_partial_lookahead(request, read)])))
+        if precompute and read is None and not on_zero_gpu():
             taken = [replace(request, text=request.text + branch["text"]) for branch in result["branches"]]
             speculator.start(request.key, taken, lambda taken, scratch: _lookahead(taken, store=scratch))
         return result
 
     def distribution(self, request: DistributionRequest) -> list[dict]:
+        _wait_for_read(request)
         with scheduler.interactive():
             return last(self._serve(request))["distribution"]
 
@@ -88,6 +97,7 @@ class InProcess:
         ready = _token_probabilities(request, stored_only=True)
         if ready is not None:
             return ready
+        _wait_for_read(request)
         with scheduler.interactive():
             return last(self._serve(request))
 
@@ -97,6 +107,14 @@ class InProcess:
     def attribution(self, request: AttributionRequest) -> Iterator[dict]:
         yield from self._serve(request)
 
+    def warm_up(self) -> None:
+        """Load the default model, and time what a first answer to a long text may read, while the machine is
+        idle (a crowd arriving at once would make the timing, and every first answer after it, too short)."""
+        if on_zero_gpu() or reading.FIRST_ANSWER_SECONDS <= 0:
+            return
+        name = default_model_name()
+        reader.window(name, load_model(name)[0])
+
     def forget(self, session: str) -> None:
         """Stop the session's long jobs and drop everything kept for it: its KV caches, token listings and
         constraint matchers.
@@ -104,18 +122,20 @@ class InProcess:
         On ZeroGPU these live in the GPU workers, out of reach here; there they age out as any cache does.
         """
         scheduler.cancel(session)
+        reader.stop(session)  # a cancelled read stores what it read as it ends
         prefix_caches.forget(session)
         listings.forget(session)
         matchers.forget(session)
 
-    def _serve(self, request: Request) -> Iterator[dict]:
+    def _serve(self, request: Request, compute: Callable[[], Iterator[dict]] | None = None) -> Iterator[dict]:
+        """`request`'s answers: a precomputed one if ready, else `compute`'s (by default the GPU entry point's)."""
         ready = speculator.arrived(request.key, request)
         try:
             result = speculator.claim(request.key, ready) if ready else None
             if result is not None:
                 yield result
             else:
-                yield from self.on_gpu(request)
+                yield from (compute or (lambda: self.on_gpu(request)))()
         finally:
             speculator.finished()
 
@@ -173,11 +193,16 @@ class _Run(NamedTuple):
     context: torch.Tensor  # (1, T) the token ids scored
 
 
-def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore = prefix_caches) -> _Run:
-    """Tokenize (healing trailing whitespace), reuse the session's cache from `store`, and compute the branches."""
+def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unkept = prefix_caches,
+         window: int | None = None) -> _Run:
+    """Tokenize (healing trailing whitespace), reuse the session's cache from `store`, and compute the branches
+    (from the text's last `window` tokens only, if given: a partial answer)."""
     model, tokenizer = load_model(request.model_name)
-    vocab_size = model.config.get_text_config().vocab_size
-    prompt = read_prompt(request, tokenizer, matchers, _context_limit(model), request.depth, vocab_size, model.device)
+    prompt = _prompt(request, model, tokenizer)
+    info = {}
+    if window is not None and len(prompt.ids) > window:
+        info = {"partial": {"window_tokens": window, "context_tokens": len(prompt.ids)}}
+        prompt = prompt._replace(ids=prompt.ids[-window:])
     cache, reused, known_scores = store.take(request.key, prompt.ids)
     context = torch.tensor([prompt.ids], device=model.device)
     generator = torch.Generator(device=model.device).manual_seed(request.seed)
@@ -187,8 +212,65 @@ def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore = pre
     )
     continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
     store.put(request.key, prompt.ids, result.cache, continuations, result.scores)
-    info = context_info(request.model, str(model.device), len(prompt.ids), reused, prompt.dropped, prompt.healed)
+    info = {**context_info(request.model, str(model.device), len(prompt.ids), reused, prompt.dropped, prompt.healed),
+            "partial": None, **info}
     return _Run(result, info, prompt.allowed, prompt.healed, tokenizer, context)
+
+
+def _prompt(request: LookaheadRequest | DistributionRequest, model: PreTrainedModel,
+            tokenizer: PreTrainedTokenizerBase) -> Prompt:
+    """What the model reads for a lookahead (room for its branches) or a distribution (room for one token)."""
+    room = request.depth if isinstance(request, LookaheadRequest) else 1
+    vocab_size = model.config.get_text_config().vocab_size
+    return read_prompt(request, tokenizer, matchers, _context_limit(model), room, vocab_size, model.device)
+
+
+class Unkept:
+    """A store that keeps nothing: a partial answer reads its window afresh and drops it (the session's cache
+    is the read's to fill)."""
+
+    def take(self, key: tuple[str, str], token_ids: list[int]) -> Taken:
+        return Taken(GrowableCache(), 0, None)
+
+    def put(self, *args: object) -> None:
+        pass
+
+
+def _read_first(request: LookaheadRequest | DistributionRequest | ScoresRequest) -> Read | None:
+    """The background read that the request's text needs first (lookahead/reading.py), started if need be;
+    None when the call reads what it needs itself. On ZeroGPU nothing runs after a call returns: a call reads
+    its whole text."""
+    if on_zero_gpu():
+        return None
+    model, tokenizer = load_model(request.model_name)
+    if isinstance(request, ScoresRequest):
+        ids = read_scored_text(request, tokenizer, _context_limit(model)).ids
+    else:
+        ids = _prompt(request, model, tokenizer).ids
+    return reader.plan(request.key, ids, request.model, model)
+
+
+def _wait_for_read(request: DistributionRequest | ScoresRequest) -> None:
+    """Let a long text be read as a long job first, its slices yielding to everyone's clicks, rather than in
+    one pass that holds them all up (a distribution or a heatmap has no partial answer)."""
+    read = _read_first(request)
+    if read is not None:
+        read.finished.wait()
+
+
+def _partial_lookahead(request: LookaheadRequest, read: Read) -> dict:
+    """The answer from the text's last tokens while `read` reads it all, and how far the read got.
+    Asked again, the same answer (computed once) with the progress."""
+    result = read.answers.get(request)
+    if result is None:
+        model, _ = load_model(request.model_name)
+        result = _lookahead(request, store=Unkept(), window=reader.window(request.model, model))
+        read.answers = {request: result}
+    partial = {**result["partial"], "read_tokens": read.read_tokens}
+    notice = (f"Partial: from the text's last {partial['window_tokens']} tokens, while all "
+              f"{partial['context_tokens']} are read ({partial['read_tokens']} so far); asked again once the "
+              "text is read, the answer is exact.")
+    return {**result, "partial": partial, "notice": notice}
 
 
 def _context_limit(model: PreTrainedModel) -> int:
@@ -229,6 +311,7 @@ class Listings:
         self.sessions = sessions
         self._last: OrderedDict[tuple[str, str], tuple[list[int], int, int, list[dict]]] = OrderedDict()
         self._lock = threading.Lock()
+        renew_lock_in_forks(self)
 
     def earlier(self, key: tuple[str, str], ids: list[int], dropped: int, k: int) -> tuple[list[dict], int]:
         """The last listing's entries and the leading positions it shares with `ids` (none if windowed otherwise)."""
@@ -243,6 +326,14 @@ class Listings:
     def clear(self) -> None:
         with self._lock:
             self._last.clear()
+
+    def warm_up(self) -> None:
+        """Load the default model, and time what a first answer to a long text may read, while the machine is
+        idle (a crowd arriving at once would make the timing, and every first answer after it, too short)."""
+        if on_zero_gpu() or reading.FIRST_ANSWER_SECONDS <= 0:
+            return
+        name = default_model_name()
+        reader.window(name, load_model(name)[0])
 
     def forget(self, session: str) -> None:
         with self._lock:
@@ -259,8 +350,9 @@ class Listings:
 listings = Listings()
 
 
-def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore = prefix_caches) -> dict:
-    run = _run(request, store)
+def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unkept = prefix_caches,
+               window: int | None = None) -> dict:
+    run = _run(request, store, window)
     sampling = request.sampling
     sequences = run.result.sequences.tolist()
     firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])

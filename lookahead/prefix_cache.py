@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import NamedTuple
@@ -56,6 +57,18 @@ def forget_session(entries: dict[Hashable, object], session: str) -> None:
     """Remove from `entries`, keyed (model, session) as every per-session store here is, the keys of `session`."""
     for key in [key for key in entries if key[1] == session]:
         del entries[key]
+
+
+def renew_lock_in_forks(owner: object) -> None:
+    """Give `owner` a new `_lock` in every process forked from this one (a ZeroGPU worker): a lock held by one
+    of this process's threads at the fork stays held in the child, where no thread will ever release it."""
+    ref = weakref.ref(owner)
+
+    def renew() -> None:
+        if (alive := ref()) is not None:
+            alive._lock = threading.Lock()
+
+    os.register_at_fork(after_in_child=renew)
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -91,6 +104,7 @@ class PrefixCacheStore:
         self.hits = self.misses = 0  # takes that reused a prefix / started cold
         self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
         self._lock = threading.Lock()
+        renew_lock_in_forks(self)  # on ZeroGPU the parent reads the store (scores already held) while workers fork
 
     def take(self, key: Hashable, token_ids: Sequence[int], scored: bool = False) -> Taken:
         """A cache holding the longest reusable prefix of `token_ids` (always leaving one token to run).
@@ -119,6 +133,15 @@ class PrefixCacheStore:
             self._entries.move_to_end(key)
             while len(self._entries) > 1 and self.bytes() > (self.max_bytes or 0):
                 self._entries.popitem(last=False)
+
+    def shared(self, key: Hashable, token_ids: Sequence[int], scored: bool = False) -> int:
+        """How many leading tokens of `token_ids` the session's cache holds (with their scores, if `scored`)."""
+        with self._lock:
+            entry = self._entries.get(key)
+        if entry is None or (scored and entry.scores is None):
+            return 0
+        shared = common_prefix_length(entry.ids, token_ids)
+        return shared if entry.scores is None else min(shared, len(entry.scores))
 
     def scores(self, key: Hashable, token_ids: Sequence[int]) -> Scores | None:
         """The session's rows for exactly `token_ids`, if it has them all (then nothing need run)."""

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import torch
 
-LONG_JOBS = ("attribution", "continuation")  # the kinds of long job; a session has at most one of each
+LONG_JOBS = ("attribution", "continuation", "read")  # the kinds of long job; a session has at most one of each
 Step, Result = TypeVar("Step"), TypeVar("Result")
 
 
@@ -95,6 +95,12 @@ class Scheduler:
                 job.cancelled = True
             self._changed.notify_all()
         return len(jobs)
+
+    def stop(self, job: Job) -> None:
+        """Cancel one long job: it stops at its next slice."""
+        with self._changed:
+            job.cancelled = True
+            self._changed.notify_all()
 
     def running(self, session: str | None = None) -> list[Job]:
         with self._changed:

@@ -191,8 +191,9 @@ class VLLMBackend:
         self._served: dict[str, Served] = {}  # checked models; forgotten when the server drops out
         self.matchers = MatcherStore()  # each session's constraint matchers, as in-process
 
-    def lookahead(self, request: LookaheadRequest, precompute: bool = False) -> dict:
-        """The branches; `precompute` is not needed here (the server's prefix cache keeps the text)."""
+    def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True) -> dict:
+        """The branches; `precompute` and `partial` are not needed here (the server's prefix cache keeps the text,
+        and the server schedules a long text's read among its other requests)."""
         context = self._context(request, room=request.depth)
         sampling, n_branches = request.sampling, request.n_branches
         rows = max(DISTRIBUTION_ROWS, n_branches)
@@ -211,6 +212,7 @@ class VLLMBackend:
         stops = stop_tokens(context.model)
         return {
             **self._info(context, reused, exact),
+            "partial": None,  # the server reads a long text itself, scheduling it among its other requests
             "sampling": sampling.as_dict(),
             "branch_mode": request.branch_mode,
             "seed": request.seed,

@@ -14,6 +14,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.pop("LOOKAHEAD_MODEL", None)
 os.environ.pop("SPACE_ID", None)
+# A long text answers first from its last tokens (lookahead/reading.py) past a length this machine's speed sets:
+# tests read every text whole unless they turn it on (tests/test_reading.py), so no answer depends on the CPU.
+os.environ["LOOKAHEAD_FIRST_ANSWER_SECONDS"] = "0"
 # The app offers the tiny Llama too (its picker's choices are read when app.py is imported, which a
 # test module may do at collection): the model is written to this folder by `tiny_model_dirs`.
 TINY_LLAMA_DIR = tempfile.mkdtemp(prefix="tiny-llama-")
@@ -24,7 +27,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config  # noqa: E402
 
 import custom_llm_inference as cli  # noqa: E402
-from lookahead.in_process import listings, matchers, prefix_caches, speculator  # noqa: E402
+from lookahead.in_process import listings, matchers, prefix_caches, reader, speculator  # noqa: E402
 
 TINY_CONTEXT = 64  # small, so tests can overflow the context cheaply
 
@@ -82,6 +85,7 @@ def fresh_prefix_caches():
     matchers.clear()
     listings.clear()
     yield
+    reader.stop()  # a long text still being read would store it after the clear
     speculator.clear()
     prefix_caches.clear()
     matchers.clear()

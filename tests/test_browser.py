@@ -17,6 +17,8 @@ from browser import (  # skips without chromium
     wait_for_stored_text,
 )
 from history import History
+from lookahead import reading
+from lookahead.in_process import reader
 from lookahead.scheduler import scheduler
 from ui.heatmap import HEATMAP_TOKENS, bucket, percent, shown_text
 from ui.render import branch_label, visible
@@ -445,4 +447,22 @@ def test_typing_overtakes_a_running_why_and_stop_ends_it(page):
         wait_for(lambda: scheduler.running() == [])
     assert job.cancelled
     expect(page.locator("#why-view")).not_to_contain_text("next:")  # nothing was explained, and nothing broke
+    expect(page.locator(".toast-body.error")).to_have_count(0)
+
+
+def test_a_long_paste_answers_at_once_labelled_partial_then_exactly(page, monkeypatch):
+    """A text too long to read at once: the first suggestions come from its last tokens, labelled, while it is
+    read; the page asks again by itself and shows the exact ones when the read ends."""
+    monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
+    monkeypatch.setitem(reader._windows, cli.default_model_name(), 128)
+    text = "".join(f"{i}. The keeper climbed the stairs to the lamp and counted the ships on the sea. "
+                   for i in range(60))  # ~1.4k tokens
+    type_text(page, text)
+    status = page.locator("#status")
+    expect(status).to_contain_text("Partial", timeout=60_000)
+    expect(status).to_contain_text("128 context tokens")
+    page.screenshot(path=SCREENSHOT.with_name("partial.png"), full_page=True)
+    expect(status).not_to_contain_text("Partial", timeout=120_000)
+    monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 0)  # the expectation reads the text whole
+    expect_suggestions_for(page, text)
     expect(page.locator(".toast-body.error")).to_have_count(0)

@@ -194,7 +194,7 @@ class NoBackend:
     batches = False
 
     def __getattr__(self, task: str):  # every request's method (lookahead, scores, ...)
-        def reached(request, precompute: bool = False):
+        def reached(request, precompute: bool = False, partial: bool = True):
             raise AssertionError(f"the {task} request reached the backend: {request}")
 
         return reached

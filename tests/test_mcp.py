@@ -141,3 +141,18 @@ def test_mcp_json_is_strict_json():
     mcp_caller = SimpleNamespace(headers={"x-gradio-user": "mcp"}, session_hash="the-mcp-servers-one-session")
     text = app.reply({"logprob": float("-inf"), "scores": [float("nan"), 0.5], "token": "é"}, mcp_caller)
     assert json.loads(text) == {"logprob": None, "scores": [None, 0.5], "token": "é"}
+
+
+def test_an_mcp_call_reads_a_long_text_whole_since_its_session_ends_with_it(embedded, monkeypatch):
+    """A partial answer is followed by asking again in the same session; an MCP call's session ends with the call."""
+    import app
+    from lookahead import reading
+    from lookahead.in_process import reader
+
+    monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
+    monkeypatch.setitem(reader._windows, cli.default_model_name(), 128)
+    text = "".join(f"{i}. The keeper wrote the names of the ships in his book. " for i in range(60))  # ~900 tokens
+    mcp_caller = SimpleNamespace(headers={"x-gradio-user": "mcp"}, session_hash="the-mcp-servers-one-session")
+    assert json.loads(app.api_lookahead(text, 2, 2, request=mcp_caller))["partial"] is None
+    browser = SimpleNamespace(headers={}, session_hash="a-writer")
+    assert app.api_lookahead(text, 2, 2, request=browser)["partial"]["window_tokens"] == 128

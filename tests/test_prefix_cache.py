@@ -1,6 +1,7 @@
 """The session store: prefix reuse and its memory bounds."""
 
 import os
+import time
 
 import torch
 from transformers import DynamicCache
@@ -79,3 +80,20 @@ def test_a_known_continuation_is_appended_instead_of_recomputed():
     assert store.take("s", [1, 2, 5, 6])[1] == 3, "the last token is always run"
     store.put("s", [1, 2], fake_cache(2), [([5, 6], branch_kv)])
     assert store.take("s", [1, 2, 4, 6])[1] == 2
+
+
+def test_a_forked_process_can_use_a_store_whose_lock_a_parent_thread_held_at_the_fork():
+    """On ZeroGPU the parent reads the store (scores it already holds) while GPU workers are forked from it."""
+    store = PrefixCacheStore()
+    store.put("s", [1, 2, 3], fake_cache(3))
+    with store._lock:  # as a parent thread reading the store at the moment of the fork
+        child = os.fork()
+        if child == 0:
+            os._exit(0 if store.take("s", [1, 2, 3, 4]).reused == 3 else 1)
+    deadline = time.monotonic() + 30
+    while (ended := os.waitpid(child, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(child, 9)
+            raise AssertionError("the forked process waited for a lock no thread of its own holds")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(ended[1]) == 0

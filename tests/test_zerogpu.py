@@ -38,6 +38,7 @@ def space(tmp_path_factory, embedded):
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if k not in ("LOOKAHEAD_MODEL", "SPACE_ID")}
     env["GRADIO_MCP_SERVER"] = "true"  # the Space's owner may turn MCP on: its tools run on the GPU workers too
+    env["LOOKAHEAD_FIRST_ANSWER_SECONDS"] = "1"  # as deployed: long texts answer partially, except on ZeroGPU
     server = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), str(port), str(log)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
@@ -177,6 +178,16 @@ def test_one_gpu_entry_point_so_endpoints_share_the_session_cache(space):
     result = visitor.predict(text + " that", 3, 2, api_name="/lookahead")
     assert result["reused_tokens"] > 0, "the lookahead reused the KV cache the distribution left in the worker"
     assert len({r["task_id"] for r in scheduled(log)}) == 1, "every endpoint enters the same GPU function"
+
+
+def test_a_long_text_is_read_whole_within_the_call(space):
+    """Nothing runs on ZeroGPU after a call returns: a long text has no partial answer, the call reads it all."""
+    url, _ = space
+    text = "".join(f"{i}. The keeper wrote the names of the ships in his book. " for i in range(120))  # ~1.7k tokens
+    result = Client(url, verbose=False).predict(text, 3, 2, api_name="/lookahead")
+    expected = cli.lookahead(text, 3, 2, session="zerogpu-long")
+    assert result["partial"] is None and result["context_tokens"] == expected["context_tokens"]
+    assert branch_ids(result) == branch_ids(expected)
 
 
 def test_the_page_works_while_a_crowd_calls_the_api(space):

@@ -1,0 +1,195 @@
+"""A long text answers at once, then exactly.
+
+A text the session has not read yet (a paste, an import, a model switch) costs a forward pass over all
+its tokens before anything can be suggested: ~25 s for 8k tokens on a 2-core CPU, with the cores busy for
+everyone. Instead, a lookahead that would have more than `window` tokens to read answers at once from the
+text's last `window` tokens (a partial answer, labelled so), while a background thread reads the text into
+the session's cache as a long job (lookahead/scheduler.py): its slices yield to every interactive request,
+and an edit elsewhere in the text, Stop, a closed tab or a newer read cancel it. Once the text is read, the
+session's next call answers exactly, from the cache, running only the tokens after the last whole chunk.
+
+Reads run one at a time, oldest first, in one thread. A text is read in chunks that begin at multiples of
+READ_CHUNK_TOKENS, whatever was read before: the boundaries depend on token positions alone, so a text read
+twice, or read after an interruption, gives the same bits. The chunks are scored as they go
+(lookahead/scoring.py), so the heatmap is ready when the read ends. `window` is measured, not assumed: the
+tokens this machine reads in FIRST_ANSWER_SECONDS, timed on one chunk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedModel
+
+from lookahead.kv_cache import GrowableCache
+from lookahead.prefix_cache import PrefixCacheStore
+from lookahead.scheduler import Cancelled, Job, scheduler
+from lookahead.scoring import extend_and_score
+
+READ_CHUNK_TOKENS = 512  # a read's chunks begin at multiples of this: the same bits however it was interrupted
+# The model's share of a first answer's two seconds; the branches' later steps, the reply and the page take the rest.
+FIRST_ANSWER_SECONDS = float(os.environ.get("LOOKAHEAD_FIRST_ANSWER_SECONDS", "1.0"))
+MIN_WINDOW_TOKENS = 128  # a partial answer reads at least this much of the text, however slow the machine
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Read:
+    """One session's text being read into its cache: its first `len(ids)` tokens, up to a chunk boundary."""
+
+    key: Hashable
+    ids: tuple[int, ...]
+    next_id: int  # the token after them (the call that follows the read runs it)
+    model: PreTrainedModel
+    job: Job
+    read_tokens: int = 0  # of `ids`, in the cache so far
+    finished: threading.Event = field(default_factory=threading.Event)
+    answers: dict[Hashable, dict] = field(default_factory=dict)  # partial answers given, by request
+
+    def serves(self, ids: Sequence[int]) -> bool:
+        """Whether this read leads to `ids`: they begin with its tokens."""
+        return len(ids) > len(self.ids) and tuple(ids[: len(self.ids)]) == self.ids
+
+
+class Reader:
+    """Each session's read (one at most), read one after another by one thread, and the measured window of a
+    first answer. One at a time: a crowd's reads share two cores no faster together, and each visitor's
+    partial answers carry them meanwhile."""
+
+    def __init__(self, store: PrefixCacheStore) -> None:
+        self.store = store
+        self._reads: dict[Hashable, Read] = {}  # by session key: queued or under way
+        self._queue: deque[Read] = deque()
+        self._windows: dict[str, int] = {}  # model name -> tokens a first answer reads
+        self._lock = threading.Lock()
+        self._queued = threading.Condition(self._lock)
+        self._worker: threading.Thread | None = None
+
+    def window(self, name: str, model: PreTrainedModel) -> int:
+        """How many of a text's last tokens this machine reads within FIRST_ANSWER_SECONDS (measured once: the app
+        measures it as it starts, while the machine is idle)."""
+        with self._lock:
+            if name not in self._windows:
+                self._windows[name] = max(MIN_WINDOW_TOKENS, int(FIRST_ANSWER_SECONDS * _tokens_per_second(model)))
+            return self._windows[name]
+
+    def plan(self, key: Hashable, ids: Sequence[int], name: str, model: PreTrainedModel) -> Read | None:
+        """The read that leads to `ids`, queued if need be; None when the session's cache leaves at most
+        `window` tokens to read (the call then reads them itself). A read the session no longer needs (its
+        text was edited before the end of what it reads) is cancelled first, keeping what it read."""
+        if FIRST_ANSWER_SECONDS <= 0:
+            return None
+        with self._lock:
+            read = self._reads.get(key)
+        if read is not None and not read.finished.is_set() and read.serves(ids):
+            return read
+        if read is not None:
+            self._stop(read)
+        held = self.store.shared(key, ids, scored=True)
+        end = (len(ids) - 1) // READ_CHUNK_TOKENS * READ_CHUNK_TOKENS  # leave the last token for the call to run
+        if len(ids) - held <= MIN_WINDOW_TOKENS or len(ids) - held <= self.window(name, model) or end <= held:
+            return None
+        question = tuple(ids[:end])
+        read = Read(key, question, ids[end], model, scheduler.start(key[1], "read", question))
+        with self._lock:
+            self._reads[key] = read
+            self._queue.append(read)
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, name="read", daemon=True)
+                self._worker.start()
+            self._queued.notify_all()
+        return read
+
+    def wait(self, session: str | None = None) -> None:
+        """Until the reads of `session` (or all), queued or under way, have ended."""
+        with self._lock:
+            reads = [read for key, read in self._reads.items() if session in (None, key[1])]
+        for read in reads:
+            read.finished.wait()
+
+    def stop(self, session: str | None = None) -> None:
+        """Cancel the reads of `session` (or all), queued or under way; return once they have ended."""
+        with self._lock:
+            reads = [read for key, read in self._reads.items() if session in (None, key[1])]
+        for read in reads:
+            self._stop(read)
+
+    def _stop(self, read: Read) -> None:
+        scheduler.stop(read.job)
+        with self._lock:
+            queued = read in self._queue
+            if queued:
+                self._queue.remove(read)
+        if queued:
+            self._end(read)
+        read.finished.wait()
+
+    def _work(self) -> None:
+        """The reading thread: the oldest queued read, one at a time, for as long as the process lives."""
+        while True:
+            with self._lock:
+                self._queued.wait_for(lambda: self._queue)
+                read = self._queue.popleft()
+            self._read(read)
+
+    def _read(self, read: Read) -> None:
+        """Read `read.ids` into the session's cache, chunk by chunk, scoring each token; store what was read,
+        all of it or, once cancelled, the chunks finished."""
+        cache, rows = None, None
+        try:
+            cache, reused, rows = self.store.take(read.key, (*read.ids, read.next_id), scored=True)
+            read.read_tokens = reused
+            ids = torch.tensor([read.ids], device=read.model.device)
+            with scheduler.sliced(read.job):
+                for end in chunk_ends(reused, len(read.ids)):
+                    if read.job.cancelled:  # before its first slice too
+                        raise Cancelled("the read was cancelled")
+                    _, rows = extend_and_score(read.model, ids[:, :end], cache, rows)
+                    read.read_tokens = end
+        except Cancelled:
+            pass
+        except Exception:  # noqa: BLE001 - a failed read must not take the process down: the call reads instead
+            log.exception("reading a long text failed; the next call reads it instead")
+        finally:
+            done = read.read_tokens
+            if cache is not None and done > 0:
+                for layer in cache.layers:  # a chunk cut short left some layers longer than others
+                    if layer.get_seq_length() > done:
+                        layer.crop(done - layer.get_seq_length())
+                self.store.put(read.key, read.ids[:done], cache, (), rows.head(done) if len(rows) > done else rows)
+            self._end(read)
+
+    def _end(self, read: Read) -> None:
+        scheduler.finish(read.job)
+        with self._lock:
+            if self._reads.get(read.key) is read:
+                del self._reads[read.key]
+        read.finished.set()
+
+
+def chunk_ends(start: int, end: int) -> list[int]:
+    """Where the chunks reading tokens [start, end) end: at multiples of READ_CHUNK_TOKENS, and at `end`."""
+    first = (start // READ_CHUNK_TOKENS + 1) * READ_CHUNK_TOKENS
+    return [*range(first, end, READ_CHUNK_TOKENS), end] if start < end else []
+
+
+@torch.inference_mode()
+def _tokens_per_second(model: PreTrainedModel) -> float:
+    """Tokens a cold read of one chunk runs per second here (the faster of two runs)."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+    ids = torch.randint(vocab, (1, READ_CHUNK_TOKENS), generator=torch.Generator().manual_seed(0)).to(model.device)
+    seconds = []
+    for _ in range(2):
+        start = time.perf_counter()
+        model(ids, past_key_values=GrowableCache(), use_cache=True, logits_to_keep=1)
+        if model.device.type == "cuda":
+            torch.cuda.synchronize(model.device)
+        seconds.append(time.perf_counter() - start)
+    return READ_CHUNK_TOKENS / min(seconds)

@@ -1,0 +1,187 @@
+"""A long text answers at once from its last tokens, then exactly once it is read in the background, chunk by
+chunk (lookahead/reading.py): both answers equal transformers', the read yields to other sessions' clicks, never
+starts over when asked again, keeps what it read when interrupted, and reads the same bits however it went."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import custom_llm_inference as cli
+from lookahead import reading
+from lookahead.in_process import prefix_caches, reader
+from lookahead.scheduler import scheduler
+from reference import assert_matches_reference, reference_lookahead, reference_scores
+from threads import SECONDS, run_threads, until
+
+WINDOW = 96  # tokens a partial answer reads, set here instead of measured
+CHUNK = 128  # small chunks, so a text of a few hundred tokens is read in several
+TEXT = ("The lighthouse keeper counted the ships that passed the rocks at night, and wrote each name in a "
+        "book with a green cover. ") * 24  # ~600 tokens
+
+
+@pytest.fixture
+def partial_answers(monkeypatch, embedded):
+    """Partial answers on, with a fixed window and small chunks; every session's cache and read dropped after."""
+    monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
+    monkeypatch.setattr(reading, "READ_CHUNK_TOKENS", CHUNK)
+    monkeypatch.setitem(reader._windows, cli.default_model_name(), WINDOW)
+    yield
+    reader.stop()
+    prefix_caches.clear()
+
+
+def key(session: str) -> tuple[str, str]:
+    return cli.default_model_name(), session
+
+
+def ids_of(text: str, tokenizer) -> list[int]:
+    return tokenizer(text)["input_ids"]
+
+
+def until_read(read, tokens: int) -> None:
+    """Until `read` has read `tokens` tokens (or ended)."""
+    while read.read_tokens < tokens and not read.finished.is_set():
+        time.sleep(0.01)
+
+
+def read_all(text: str, session: str, **kwargs) -> tuple[dict, dict]:
+    """The first (partial) answer, then the exact one once the read has ended."""
+    first = cli.lookahead(text, session=session, **kwargs)
+    reader.wait(session)
+    return first, cli.lookahead(text, session=session, **kwargs)
+
+
+def test_a_long_text_answers_from_its_last_tokens_then_exactly_both_as_transformers_computes(
+    partial_answers, embedded
+):
+    model, tokenizer = embedded
+    n = len(ids_of(TEXT[:-1], tokenizer))  # its trailing space is healed
+    first, exact = read_all(TEXT, "A", n_branches=3, depth=3)
+    assert first["partial"] == {"window_tokens": WINDOW, "context_tokens": n, "read_tokens": first["partial"]
+                                ["read_tokens"]}
+    assert first["context_tokens"] == WINDOW and "Partial" in first["notice"]
+    assert_matches_reference(first, reference_lookahead(model, tokenizer, TEXT, 3, 3, dropped=n - WINDOW), 3)
+    assert exact["partial"] is None and exact["notice"] == ""
+    assert exact["context_tokens"] == n
+    assert exact["reused_tokens"] == (n - 1) // CHUNK * CHUNK, "the read stored every whole chunk"
+    assert_matches_reference(exact, reference_lookahead(model, tokenizer, TEXT, 3, 3), 3)
+
+
+def test_asked_again_while_it_is_read_the_answer_says_how_far_it_got_and_the_read_never_starts_over(
+    partial_answers, embedded
+):
+    first = cli.lookahead(TEXT, session="A")
+    read = reader._reads[key("A")]
+    seen = [first["partial"]["read_tokens"]]
+    while not read.finished.is_set():
+        again = cli.lookahead(TEXT, session="A")
+        if again["partial"] is None:
+            break
+        assert {k: v for k, v in again.items() if k not in ("partial", "notice")} == \
+            {k: v for k, v in first.items() if k not in ("partial", "notice")}
+        seen.append(again["partial"]["read_tokens"])
+        assert len(reader._reads) <= 1 and next(iter(reader._reads.values()), read) is read, "one read, never restarted"
+    assert seen == sorted(seen), "progress only grows"
+    reader.wait("A")
+    assert cli.lookahead(TEXT, session="A")["partial"] is None
+
+
+def test_a_read_yields_to_another_sessions_click_and_an_edit_before_its_end_cancels_it_keeping_its_chunks(
+    partial_answers, embedded
+):
+    _, tokenizer = embedded
+    text = TEXT * 3  # ~2k tokens: long enough to be under way while another session clicks
+    cli.lookahead(text, session="A")
+    read = reader._reads[key("A")]
+    assert read.job.kind == "read" and read.job.session == "A"
+    other = cli.lookahead("Once upon a time", 3, 3, session="B")
+    assert other["partial"] is None
+    assert not read.finished.is_set(), "the other session's click was answered while the text was being read"
+
+    with scheduler.interactive():  # while interactive work runs, the read waits at its next slice
+        slices = read.job.slices
+        time.sleep(0.5)
+        assert read.job.slices <= slices + 1
+
+    until_read(read, CHUNK)
+    middle = len(text) // 2
+    edited = text[:middle] + "X" + text[middle + 1:]  # an edit before the end of what the read reads
+    cli.lookahead(edited, session="A")
+    assert read.finished.is_set() and read.job.cancelled
+    newer = reader._reads[key("A")]
+    assert newer is not read and newer.job.question != read.job.question
+    while newer.job.slices == 0 and not newer.finished.is_set():
+        time.sleep(0.01)
+    assert newer.read_tokens >= CHUNK, "the newer read went on from the chunks the cancelled one read"
+    reader.wait("A")
+    assert cli.lookahead(edited, session="A")["partial"] is None
+
+
+def test_a_text_read_with_interruptions_gives_the_same_bits_as_read_without(partial_answers, embedded):
+    _, whole = read_all(TEXT, "A")
+    cli.lookahead(TEXT, session="B")
+    read = reader._reads[key("B")]
+    until_read(read, CHUNK)
+    scheduler.cancel("B", "read")
+    read.finished.wait()
+    assert read.read_tokens < (len(read.ids)), "cancelled before its end"
+    _, resumed = read_all(TEXT, "B")
+    assert resumed["distribution"] == whole["distribution"]
+    assert resumed["branches"] == whole["branches"]
+
+
+def test_the_heatmap_of_a_long_text_waits_for_the_read_and_equals_transformers(partial_answers, embedded):
+    model, tokenizer = embedded
+    text = TEXT[:1200]
+    result = cli.token_probabilities(text, 3, session="A")
+    assert scheduler.running("A") == [] and prefix_caches.shared(key("A"), ids_of(text, tokenizer)) >= CHUNK
+    for token, row in zip(result["tokens"][1:], reference_scores(model, tokenizer, text, 3)[1:]):
+        assert token["logprob"] == pytest.approx(row["logprob"], abs=1e-4)
+
+
+def test_forgetting_a_session_stops_its_read_and_keeps_nothing(partial_answers, embedded):
+    cli.lookahead(TEXT * 3, session="A")
+    read = reader._reads[key("A")]
+    cli.end_session("A")
+    assert read.finished.is_set() and read.job.cancelled
+    slices = read.job.slices
+    assert scheduler.running("A") == [] and read.job.slices == slices
+    assert len(prefix_caches) == 0 and not reader._reads
+
+
+def test_stress_reads_clicks_edits_and_departures_of_several_sessions_answer_as_a_fresh_call(
+    partial_answers, monkeypatch, embedded
+):
+    """Sessions paste, click, edit and leave at once: no exception, no deadlock, and every exact answer equals
+    what a session that reads the text whole gives."""
+    texts = [TEXT[: 500 * (i + 1)] for i in range(5)]
+    answers: list[tuple[str, dict]] = []
+
+    def visitor(session: str):
+        def work(rng) -> None:
+            going = until(SECONDS)
+            while going():
+                text = rng.choice(texts)
+                if rng.random() < 0.15:
+                    cli.end_session(session)
+                    continue
+                result = cli.lookahead(text, 2, 2, session=session)
+                if result["partial"] is not None:
+                    assert result["partial"]["window_tokens"] == WINDOW
+                answers.append((text, result))
+        return work
+
+    run_threads([visitor(f"S{i}") for i in range(3)])
+    reader.wait()
+    assert not reader._reads and not [job for job in scheduler.running() if job.kind == "read"]
+    monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 0)
+    expected = {text: cli.lookahead(text, 2, 2, session=f"fresh-{i}") for i, text in enumerate(texts)}
+    exact = [(text, result) for text, result in answers if result["partial"] is None]
+    assert exact, "some answers were exact"
+    for text, result in exact:
+        want = {entry["token_id"]: entry["logprob"] for entry in expected[text]["distribution"]}
+        for entry in result["distribution"]:
+            if entry["token_id"] in want:
+                assert entry["logprob"] == pytest.approx(want[entry["token_id"]], abs=1e-4)
