@@ -243,11 +243,15 @@ def _read_first(request: LookaheadRequest | DistributionRequest | ScoresRequest)
     if on_zero_gpu():
         return None
     model, tokenizer = load_model(request.model_name)
-    if isinstance(request, ScoresRequest):
+    following = reader.following(request.key, request)
+    if following is not None:  # asked again while its read goes on: no need to tokenize the text again
+        return following
+    scored = isinstance(request, ScoresRequest)
+    if scored:
         ids = read_scored_text(request, tokenizer, _context_limit(model)).ids
     else:
         ids = _prompt(request, model, tokenizer).ids
-    return reader.plan(request.key, ids, request.model, model)
+    return reader.plan(request.key, ids, request.model, model, scored or prefix_caches.scoring(request.key))
 
 
 def _wait_for_read(request: DistributionRequest | ScoresRequest) -> None:

@@ -134,6 +134,12 @@ class PrefixCacheStore:
             while len(self._entries) > 1 and self.bytes() > (self.max_bytes or 0):
                 self._entries.popitem(last=False)
 
+    def scoring(self, key: Hashable) -> bool:
+        """Whether the session scores its tokens (its entry keeps their rows: the heatmap is shown)."""
+        with self._lock:
+            entry = self._entries.get(key)
+        return entry is not None and entry.scores is not None
+
     def shared(self, key: Hashable, token_ids: Sequence[int], scored: bool = False) -> int:
         """How many leading tokens of `token_ids` the session's cache holds (with their scores, if `scored`)."""
         with self._lock:

@@ -6,13 +6,13 @@ everyone. Instead, a lookahead that would have more than `window` tokens to read
 text's last `window` tokens (a partial answer, labelled so), while a background thread reads the text into
 the session's cache as a long job (lookahead/scheduler.py): its slices yield to every interactive request,
 and an edit elsewhere in the text, Stop, a closed tab or a newer read cancel it. Once the text is read, the
-session's next call answers exactly, from the cache, running only the tokens after the last whole chunk.
+session's next call answers exactly, from the cache, running only the text's last token with the branches.
 
-Reads run one at a time, oldest first, in one thread. A text is read in chunks that begin at multiples of
+Reads run in one thread, taking turns chunk by chunk. A text is read in chunks that begin at multiples of
 READ_CHUNK_TOKENS, whatever was read before: the boundaries depend on token positions alone, so a text read
-twice, or read after an interruption, gives the same bits. The chunks are scored as they go
-(lookahead/scoring.py), so the heatmap is ready when the read ends. `window` is measured, not assumed: the
-tokens this machine reads in FIRST_ANSWER_SECONDS, timed on one chunk.
+twice, or read after an interruption, gives the same bits. For a session that scores its tokens (the heatmap
+shown) each chunk is scored as it goes (lookahead/scoring.py), so the heatmap is ready when the read ends.
+`window` is measured, not assumed: the tokens this machine reads in FIRST_ANSWER_SECONDS, timed on one chunk.
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from transformers import PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel
 
+from lookahead.branches import extend_cache
 from lookahead.kv_cache import GrowableCache
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.scheduler import Cancelled, Job, scheduler
-from lookahead.scoring import extend_and_score
+from lookahead.scoring import Scores, extend_and_score
 
 READ_CHUNK_TOKENS = 512  # a read's chunks begin at multiples of this: the same bits however it was interrupted
 # The model's share of a first answer's two seconds; the branches' later steps, the reply and the page take the rest.
@@ -49,19 +50,22 @@ class Read:
     next_id: int  # the token after them (the call that follows the read runs it)
     model: PreTrainedModel
     job: Job
+    scored: bool  # whether each token is scored too (a session showing the heatmap)
     read_tokens: int = 0  # of `ids`, in the cache so far
+    cache: DynamicCache | None = None  # being filled, between chunks
+    rows: Scores | None = None  # the scores of the tokens in it, when scored
     finished: threading.Event = field(default_factory=threading.Event)
     answers: dict[Hashable, dict] = field(default_factory=dict)  # partial answers given, by request
 
-    def serves(self, ids: Sequence[int]) -> bool:
-        """Whether this read leads to `ids`: they begin with its tokens."""
-        return len(ids) > len(self.ids) and tuple(ids[: len(self.ids)]) == self.ids
+    def serves(self, ids: Sequence[int], scored: bool) -> bool:
+        """Whether this read leads to `ids` (they begin with its tokens), scored if need be."""
+        return (self.scored or not scored) and len(ids) > len(self.ids) and tuple(ids[: len(self.ids)]) == self.ids
 
 
 class Reader:
-    """Each session's read (one at most), read one after another by one thread, and the measured window of a
-    first answer. One at a time: a crowd's reads share two cores no faster together, and each visitor's
-    partial answers carry them meanwhile."""
+    """Each session's read (one at most), read by one thread a chunk at a time in turn, and the measured window
+    of a first answer. One thread: a crowd's reads share the cores no faster together, and each visitor's
+    partial answers carry them meanwhile; in turn: a short text is not read after a long one."""
 
     def __init__(self, store: PrefixCacheStore) -> None:
         self.store = store
@@ -71,7 +75,6 @@ class Reader:
         self._lock = threading.Lock()
         self._queued = threading.Condition(self._lock)
         self._worker: threading.Thread | None = None
-
     def window(self, name: str, model: PreTrainedModel) -> int:
         """How many of a text's last tokens this machine reads within FIRST_ANSWER_SECONDS (measured once: the app
         measures it as it starts, while the machine is idle)."""
@@ -80,7 +83,14 @@ class Reader:
                 self._windows[name] = max(MIN_WINDOW_TOKENS, int(FIRST_ANSWER_SECONDS * _tokens_per_second(model)))
             return self._windows[name]
 
-    def plan(self, key: Hashable, ids: Sequence[int], name: str, model: PreTrainedModel) -> Read | None:
+    def following(self, key: Hashable, request: Hashable) -> Read | None:
+        """The read under way whose partial answer to `request` was given: asked again, it is given again."""
+        with self._lock:
+            read = self._reads.get(key)
+        return read if read is not None and request in read.answers and not read.finished.is_set() else None
+
+    def plan(self, key: Hashable, ids: Sequence[int], name: str, model: PreTrainedModel,
+             scored: bool = False) -> Read | None:
         """The read that leads to `ids`, queued if need be; None when the session's cache leaves at most
         `window` tokens to read (the call then reads them itself). A read the session no longer needs (its
         text was edited before the end of what it reads) is cancelled first, keeping what it read."""
@@ -88,16 +98,16 @@ class Reader:
             return None
         with self._lock:
             read = self._reads.get(key)
-        if read is not None and not read.finished.is_set() and read.serves(ids):
+        if read is not None and not read.finished.is_set() and read.serves(ids, scored):
             return read
         if read is not None:
             self._stop(read)
-        held = self.store.shared(key, ids, scored=True)
-        end = (len(ids) - 1) // READ_CHUNK_TOKENS * READ_CHUNK_TOKENS  # leave the last token for the call to run
-        if len(ids) - held <= MIN_WINDOW_TOKENS or len(ids) - held <= self.window(name, model) or end <= held:
+        held = self.store.shared(key, ids, scored)
+        end = len(ids) - 1  # the last token is left for the call that follows, which runs it with the branches
+        if end - held <= MIN_WINDOW_TOKENS or end - held <= self.window(name, model):
             return None
         question = tuple(ids[:end])
-        read = Read(key, question, ids[end], model, scheduler.start(key[1], "read", question))
+        read = Read(key, question, ids[end], model, scheduler.start(key[1], "read", question), scored)
         with self._lock:
             self._reads[key] = read
             self._queue.append(read)
@@ -127,44 +137,60 @@ class Reader:
             queued = read in self._queue
             if queued:
                 self._queue.remove(read)
-        if queued:
-            self._end(read)
+        if queued:  # between two of its chunks: this thread ends it
+            self._finish(read)
         read.finished.wait()
 
     def _work(self) -> None:
-        """The reading thread: the oldest queued read, one at a time, for as long as the process lives."""
+        """The reading thread, for as long as the process lives: one chunk of the first read in the queue, which
+        then goes to its back. Reads take turns chunk by chunk, so a short text is never read after a long one."""
         while True:
             with self._lock:
                 self._queued.wait_for(lambda: self._queue)
                 read = self._queue.popleft()
-            self._read(read)
+            more = self._read_chunk(read)
+            with self._lock:
+                if more:
+                    self._queue.append(read)
+            if not more:
+                self._finish(read)
 
-    def _read(self, read: Read) -> None:
-        """Read `read.ids` into the session's cache, chunk by chunk, scoring each token; store what was read,
-        all of it or, once cancelled, the chunks finished."""
-        cache, rows = None, None
+    def _read_chunk(self, read: Read) -> bool:
+        """Read the next chunk of `read.ids` into the session's cache (scoring its tokens if asked); whether
+        there is more to read."""
         try:
-            cache, reused, rows = self.store.take(read.key, (*read.ids, read.next_id), scored=True)
-            read.read_tokens = reused
-            ids = torch.tensor([read.ids], device=read.model.device)
-            with scheduler.sliced(read.job):
-                for end in chunk_ends(reused, len(read.ids)):
-                    if read.job.cancelled:  # before its first slice too
-                        raise Cancelled("the read was cancelled")
-                    _, rows = extend_and_score(read.model, ids[:, :end], cache, rows)
-                    read.read_tokens = end
+            if read.cache is None:
+                read.cache, read.read_tokens, read.rows = self.store.take(read.key, (*read.ids, read.next_id),
+                                                                          scored=read.scored)
+            ends = chunk_ends(read.read_tokens, len(read.ids))
+            if not ends or read.job.cancelled:
+                return False
+            ids = torch.tensor([read.ids[: ends[0]]], device=read.model.device)
+            with scheduler.sliced(read.job), torch.inference_mode():
+                if read.scored:
+                    _, read.rows = extend_and_score(read.model, ids, read.cache, read.rows)
+                else:
+                    extend_cache(read.model, ids, read.cache)
+            read.read_tokens = ends[0]
+            return len(ends) > 1
         except Cancelled:
-            pass
+            return False
         except Exception:  # noqa: BLE001 - a failed read must not take the process down: the call reads instead
             log.exception("reading a long text failed; the next call reads it instead")
-        finally:
-            done = read.read_tokens
-            if cache is not None and done > 0:
-                for layer in cache.layers:  # a chunk cut short left some layers longer than others
-                    if layer.get_seq_length() > done:
-                        layer.crop(done - layer.get_seq_length())
-                self.store.put(read.key, read.ids[:done], cache, (), rows.head(done) if len(rows) > done else rows)
-            self._end(read)
+            return False
+
+    def _finish(self, read: Read) -> None:
+        """Store what `read` read (all of it or, once cancelled, its whole chunks), and end it."""
+        done, cache, rows = read.read_tokens, read.cache, read.rows
+        read.cache = read.rows = None
+        if cache is not None and done > 0:
+            for layer in cache.layers:  # a chunk cut short left some layers longer than others
+                if layer.get_seq_length() > done:
+                    layer.crop(done - layer.get_seq_length())
+            if rows is not None and len(rows) > done:
+                rows = rows.head(done)
+            self.store.put(read.key, read.ids[:done], cache, (), rows)
+        self._end(read)
 
     def _end(self, read: Read) -> None:
         scheduler.finish(read.job)

@@ -65,7 +65,7 @@ def test_a_long_text_answers_from_its_last_tokens_then_exactly_both_as_transform
     assert_matches_reference(first, reference_lookahead(model, tokenizer, TEXT, 3, 3, dropped=n - WINDOW), 3)
     assert exact["partial"] is None and exact["notice"] == ""
     assert exact["context_tokens"] == n
-    assert exact["reused_tokens"] == (n - 1) // CHUNK * CHUNK, "the read stored every whole chunk"
+    assert exact["reused_tokens"] == n - 1, "the read stored all but the last token, which the call ran"
     assert_matches_reference(exact, reference_lookahead(model, tokenizer, TEXT, 3, 3), 3)
 
 
@@ -185,3 +185,15 @@ def test_stress_reads_clicks_edits_and_departures_of_several_sessions_answer_as_
         for entry in result["distribution"]:
             if entry["token_id"] in want:
                 assert entry["logprob"] == pytest.approx(want[entry["token_id"]], abs=1e-4)
+
+
+def test_reads_take_turns_so_a_short_text_pasted_after_a_long_one_is_read_first(partial_answers, embedded):
+    cli.lookahead(TEXT * 4, session="A")
+    long = reader._reads[key("A")]
+    cli.lookahead(TEXT, session="B")
+    short = reader._reads[key("B")]
+    short.finished.wait()
+    assert not long.finished.is_set(), "the short text's read ended while the long one's went on"
+    reader.wait()
+    assert cli.lookahead(TEXT, session="B")["partial"] is None
+    assert cli.lookahead(TEXT * 4, session="A")["partial"] is None
