@@ -53,14 +53,17 @@ def still_running(name: str, visitor_a: Client, job) -> bool:
     return not job.done()
 
 
-def clicks(writer: Client, n: int) -> list[float]:
-    """n clicks: each takes the first branch shown and gets the next suggestions; seconds per click."""
-    text = WRITER_TEXT
-    result = writer.predict(text, 5, 3, api_name="/lookahead")
+def start_writing(writer: Client) -> tuple[str, dict]:
+    """The writer's text and the first branch shown for it, once its suggestions are exact."""
+    result = writer.predict(WRITER_TEXT, 5, 3, api_name="/lookahead")
     while result["partial"]:  # on a slow machine even this text is read in the background first
         time.sleep(0.5)
-        result = writer.predict(text, 5, 3, api_name="/lookahead")
-    branch = result["branches"][0]
+        result = writer.predict(WRITER_TEXT, 5, 3, api_name="/lookahead")
+    return WRITER_TEXT, result["branches"][0]
+
+
+def clicks(writer: Client, text: str, branch: dict, n: int) -> list[float]:
+    """n clicks: each takes the first branch shown and gets the next suggestions; seconds per click."""
     seconds = []
     for _ in range(n):
         text += branch["text"]
@@ -87,11 +90,14 @@ def main() -> None:
                                                  "clicks_first")
                 Client(servers[str(env)][1], verbose=False).predict("Warm-up.", 2, 2, api_name="/lookahead")
             url = servers[str(env)][1]
-            alone = statistics.median(clicks(Client(url, verbose=False), args.clicks))
+            writer = Client(url, verbose=False)
+            alone = statistics.median(clicks(writer, *start_writing(writer), args.clicks))
+            writer = Client(url, verbose=False)
+            writing = start_writing(writer)  # B is writing when A's job starts
             visitor_a = Client(url, verbose=False)
             job = JOBS[name](visitor_a)
             time.sleep(3)  # A's job is under way (its first slices run)
-            seconds = clicks(Client(url, verbose=False), args.clicks)
+            seconds = clicks(writer, *writing, args.clicks)
             during = statistics.median(seconds)
             ran_throughout = "yes" if still_running(name, visitor_a, job) else "no: it ended first"
             if name == "explain":  # A asks a newer question, which cancels the long one (minutes on a CPU)

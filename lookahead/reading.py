@@ -38,6 +38,9 @@ READ_CHUNK_TOKENS = 512  # a read's chunks begin at multiples of this: the same 
 # The model's share of a first answer's two seconds; the branches' later steps, the reply and the page take the rest.
 FIRST_ANSWER_SECONDS = float(os.environ.get("LOOKAHEAD_FIRST_ANSWER_SECONDS", "1.0"))
 MIN_WINDOW_TOKENS = 128  # a partial answer reads at least this much of the text, however slow the machine
+# A text with at most this many windows to read is read within the call: answering from its window first would
+# save too little to pay for reading that window twice (a crowd of ~600-token texts would get slower, not faster).
+READ_IN_CALL_WINDOWS = 1.5
 log = logging.getLogger(__name__)
 
 
@@ -92,7 +95,7 @@ class Reader:
     def plan(self, key: Hashable, ids: Sequence[int], name: str, model: PreTrainedModel,
              scored: bool = False) -> Read | None:
         """The read that leads to `ids`, queued if need be; None when the session's cache leaves at most
-        `window` tokens to read (the call then reads them itself). A read the session no longer needs (its
+        READ_IN_CALL_WINDOWS windows to read (the call then reads them itself). A read the session no longer needs (its
         text was edited before the end of what it reads) is cancelled first, keeping what it read."""
         if FIRST_ANSWER_SECONDS <= 0:
             return None
@@ -104,7 +107,9 @@ class Reader:
             self._stop(read)
         held = self.store.shared(key, ids, scored)
         end = len(ids) - 1  # the last token is left for the call that follows, which runs it with the branches
-        if end - held <= MIN_WINDOW_TOKENS or end - held <= self.window(name, model):
+        if end - held <= READ_IN_CALL_WINDOWS * MIN_WINDOW_TOKENS:
+            return None
+        if end - held <= READ_IN_CALL_WINDOWS * self.window(name, model):
             return None
         question = tuple(ids[:end])
         read = Read(key, question, ids[end], model, scheduler.start(key[1], "read", question), scored)
