@@ -874,7 +874,9 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
 
     # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
     text_edited.click(trigger_mode="always_last", **suggestion)
-    gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit, read_timer.tick], **suggestion)
+    gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit], **suggestion)
+    # While a long text is read: the progress, then the exact suggestions, without greying the page every second.
+    read_timer.tick(show_progress="hidden", **suggestion)
     demo.load(js=READ_STORED_JS, **handler(restore, dict(stored=history_sync, history=history_state),
                                            at_node_outputs)).then(**suggestion)
     history_sync.change(None, history_sync, None, js=SAVE_HISTORY_JS)
