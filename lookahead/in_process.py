@@ -331,14 +331,6 @@ class Listings:
         with self._lock:
             self._last.clear()
 
-    def warm_up(self) -> None:
-        """Load the default model, and time what a first answer to a long text may read, while the machine is
-        idle (a crowd arriving at once would make the timing, and every first answer after it, too short)."""
-        if on_zero_gpu() or reading.FIRST_ANSWER_SECONDS <= 0:
-            return
-        name = default_model_name()
-        reader.window(name, load_model(name)[0])
-
     def forget(self, session: str) -> None:
         with self._lock:
             forget_session(self._last, session)

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class Read:
-    """One session's text being read into its cache: its first `len(ids)` tokens, up to a chunk boundary."""
+    """One session's text being read into its cache: all its tokens but the last (`ids`)."""
 
     key: Hashable
     ids: tuple[int, ...]
@@ -78,6 +78,7 @@ class Reader:
         self._lock = threading.Lock()
         self._queued = threading.Condition(self._lock)
         self._worker: threading.Thread | None = None
+
     def window(self, name: str, model: PreTrainedModel) -> int:
         """How many of a text's last tokens this machine reads within FIRST_ANSWER_SECONDS (measured once: the app
         measures it as it starts, while the machine is idle)."""
@@ -95,8 +96,8 @@ class Reader:
     def plan(self, key: Hashable, ids: Sequence[int], name: str, model: PreTrainedModel,
              scored: bool = False) -> Read | None:
         """The read that leads to `ids`, queued if need be; None when the session's cache leaves at most
-        READ_IN_CALL_WINDOWS windows to read (the call then reads them itself). A read the session no longer needs (its
-        text was edited before the end of what it reads) is cancelled first, keeping what it read."""
+        READ_IN_CALL_WINDOWS windows to read (the call then reads them itself). A read the session no longer
+        needs (its text was edited before the end of what it reads) is cancelled first, keeping what it read."""
         if FIRST_ANSWER_SECONDS <= 0:
             return None
         with self._lock:
@@ -107,7 +108,7 @@ class Reader:
             self._stop(read)
         held = self.store.shared(key, ids, scored)
         end = len(ids) - 1  # the last token is left for the call that follows, which runs it with the branches
-        if end - held <= READ_IN_CALL_WINDOWS * MIN_WINDOW_TOKENS:
+        if end - held <= READ_IN_CALL_WINDOWS * MIN_WINDOW_TOKENS:  # short: not worth timing the window for
             return None
         if end - held <= READ_IN_CALL_WINDOWS * self.window(name, model):
             return None

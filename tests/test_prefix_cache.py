@@ -1,13 +1,13 @@
 """The session store: prefix reuse and its memory bounds."""
 
 import os
-import time
 
 import torch
 from transformers import DynamicCache
 
 from lookahead.kv_cache import allocated_bytes
 from lookahead.prefix_cache import PrefixCacheStore, common_prefix_length, default_budget_bytes
+from threads import exit_code
 
 
 def fake_cache(n_tokens: int, width: int = 8) -> DynamicCache:
@@ -90,10 +90,4 @@ def test_a_forked_process_can_use_a_store_whose_lock_a_parent_thread_held_at_the
         child = os.fork()
         if child == 0:
             os._exit(0 if store.take("s", [1, 2, 3, 4]).reused == 3 else 1)
-    deadline = time.monotonic() + 30
-    while (ended := os.waitpid(child, os.WNOHANG))[0] == 0:
-        if time.monotonic() > deadline:
-            os.kill(child, 9)
-            raise AssertionError("the forked process waited for a lock no thread of its own holds")
-        time.sleep(0.01)
-    assert os.waitstatus_to_exitcode(ended[1]) == 0
+    assert exit_code(child, "the forked process waited for a lock no thread of its own holds") == 0

@@ -13,7 +13,7 @@ from gradio_client import Client
 
 import custom_llm_inference as cli
 from lookahead.scheduler import Cancelled, Scheduler, scheduler
-from threads import JOIN_SECONDS, SECONDS, run_threads, until
+from threads import JOIN_SECONDS, SECONDS, exit_code, run_threads, until
 
 LONG_TEXT = "The lighthouse keeper counted the ships that passed the rocks at night. " * 60  # ~900 tokens
 SHORT_TEXT = "Once upon a time"
@@ -227,10 +227,4 @@ def test_a_forked_process_starts_with_none_of_the_parents_work():
             with jobs.sliced(job), torch.inference_mode():
                 layer(torch.ones(1, 8))
             os._exit(0 if jobs.running() == [job] and job.slices == 1 else 1)
-        deadline = time.monotonic() + JOIN_SECONDS
-        while (ended := os.waitpid(child, os.WNOHANG))[0] == 0:
-            if time.monotonic() > deadline:
-                os.kill(child, 9)
-                raise AssertionError("the forked process's long job waited for the parent's click")
-            time.sleep(0.01)
-    assert os.waitstatus_to_exitcode(ended[1]) == 0
+        assert exit_code(child, "the forked process's long job waited for the parent's click") == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -35,3 +36,14 @@ def run_threads(workers: list[Callable[[random.Random], None]], seed: int = 0) -
 def until(seconds: float) -> Callable[[], bool]:
     deadline = time.monotonic() + seconds
     return lambda: time.monotonic() < deadline
+
+
+def exit_code(child: int, stuck: str) -> int:
+    """The exit code of the forked process `child`; past JOIN_SECONDS it is killed and the test fails with `stuck`."""
+    deadline = time.monotonic() + JOIN_SECONDS
+    while (ended := os.waitpid(child, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(child, 9)
+            raise AssertionError(stuck)
+        time.sleep(0.01)
+    return os.waitstatus_to_exitcode(ended[1])
