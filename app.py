@@ -75,7 +75,17 @@ def node_settings(shown: tuple[str, dict] | None) -> dict:
     result = shown[1]
     return {**result["sampling"], "branch_mode": result["branch_mode"], "seed": result["seed"],
             "model": result["model"], "n_branches": len(result["branches"]),
-            "depth": len(result["branches"][0]["token_ids"])}
+            "depth": len(result["branches"][0]["token_ids"]) - len(forced_ids(result))}
+
+
+def forced_ids(result: dict) -> list[int]:
+    """The tokens a constraint wrote by itself before the branches' first choice (they lead every branch)."""
+    return result["forced"]["token_ids"] if result.get("forced") else []
+
+
+def forced_text(result: dict) -> str | None:
+    """What a constraint writes by itself after the text, if anything beyond healing's whitespace (already there)."""
+    return (result.get("forced") or {}).get("text") or None
 
 
 def preset_values(name: str) -> dict:
@@ -157,7 +167,8 @@ def suggest(
     # After the branches, whose pass scored the text; a long text's colours come once it is read.
     heat = {} if result["partial"] else show_heatmap(text, view, context, request, rescore=True)
     return {shown_state: (text, result), **branch_choices(result["branches"]),
-            plot: distribution_plot(result["distribution"]), status: status_line(result, ms, constraints.constraint),
+            plot: distribution_plot(result["distribution"], forced_text(result)),
+            status: status_line(result, ms, constraints.constraint),
             read_timer: gr.Timer(active=bool(result["partial"])), **history_shown(history), **heat}
 
 
@@ -297,8 +308,11 @@ def force_token(text: str, shown: tuple[str, dict] | None, history: History, eve
         raise refuse("That token is part of a character split over several tokens; take a branch instead.")
     if not entry.get("valid", True):
         raise refuse("The constraint does not allow that token (✗); turn the constraint off to write it.")
-    piece = entry["token"][len(result["healed_whitespace"]) :]  # healing: the whitespace is in the text
-    history.add(text + piece, "token", [entry["token_id"]], node_settings(shown))
+    if result.get("forced"):  # the plot shows the choice after what the constraint wrote by itself
+        piece = result["forced"]["text"] + entry["token"]
+    else:
+        piece = entry["token"][len(result["healed_whitespace"]) :]  # healing: the whitespace is in the text
+    history.add(text + piece, "token", [*forced_ids(result), entry["token_id"]], node_settings(shown))
     return edited(history)
 
 
@@ -322,7 +336,7 @@ def explain_branch(
     result = shown_for(text, shown)
     if index is None or not 0 <= int(index) < len(result["branches"]):
         raise refuse("That branch is no longer shown.")
-    first = result["branches"][int(index)]["token_ids"][0]
+    first = result["branches"][int(index)]["token_ids"][len(forced_ids(result))]
     return explain(next_token_question(text, result, first, context), method, request, progress)
 
 
@@ -343,8 +357,12 @@ def explain_heatmap_token(
 
 def next_token_question(text: str, result: dict, token_id: int, context: Context) -> dict:
     """Why `token_id` next, as the suggestions on screen saw the text: with healing, its trailing whitespace is
-    the token's own, so the context ends before it."""
-    before = text[: len(text) - len(result["healed_whitespace"])]
+    the token's own, so the context ends before it; after what a constraint wrote by itself, the context is
+    the text and that."""
+    if result.get("forced"):
+        before = text + result["forced"]["text"]
+    else:
+        before = text[: len(text) - len(result["healed_whitespace"])]
     return {"text": before, "target_token_id": token_id, "at_token": None, "where": None,
             "messages": context.messages, "model_name": context.model_name}
 

@@ -423,8 +423,8 @@ def lookahead(
 
     Branches continue greedily (`branch_mode="greedy"`: the best token by p_final) or by
     sampling from p_final (`"sample"`, reproducible with `seed`). Returns {"model",
-    "device", "context_tokens", "reused_tokens", "truncated_tokens", "healed_whitespace",
-    "notice", "sampling", "branch_mode", "seed", "distribution": [...] (as from
+    "device", "context_tokens", "reused_tokens", "truncated_tokens", "partial", "healed_whitespace",
+    "notice", "sampling", "branch_mode", "seed", "forced", "distribution": [...] (as from
     next_token_distribution; under a constraint followed by the REFUSED_ROWS likeliest tokens it
     refuses, "valid": False), "branches": [{"token_ids", "text", "prob", "p_final", "ends", "stop"}]}.
     A branch's "text" is exactly what to append to `text` (with healing, the backed-up
@@ -438,8 +438,10 @@ def lookahead(
     is read in the background; the same call again answers with the progress, then exactly (lookahead/reading.py).
     `partial=False` reads it whole within the call. The penalties and `constraint`
     are as for next_token_distribution: under a constraint branches start from valid tokens and
-    continue under it, and one that completes it ends there (`ends`). A branch also ends where it
-    completes one of the `stop` strings: its text is cut before the string, and "stop" names it.
+    continue under it, and one that completes it ends there (`ends`). Where the constraint allows one token
+    at a time right after the text, "forced" lists those tokens ({"token_ids", "text"}, else None): they lead
+    every branch, and the branches and the distribution are those of the first real choice after them. A branch
+    also ends where it completes one of the `stop` strings: its text is cut before the string, and "stop" names it.
     """
     common = _common(text, session, model_name, messages)
     request = LookaheadRequest(

@@ -16,29 +16,54 @@ from lookahead.healing import allowed_first_tokens, split_for_healing
 from lookahead.requests import DistributionRequest, LookaheadRequest, Request
 from lookahead.results import stop_tokens, window_start
 
+MAX_FORCED_TOKENS = 16  # a constraint that writes more than this by itself still branches after that many
+
 
 class Prompt(NamedTuple):
     """The tokens a lookahead or distribution reads, and what constrains the first token after them."""
 
-    ids: list[int]  # the window: the context's last tokens that leave room for what comes next
+    ids: list[int]  # the window: the context's last tokens that leave room for what comes next (and `forced`)
     dropped: int  # leading tokens left out of the window
     healed: str  # trailing whitespace backed up by token healing
-    allowed: torch.Tensor | None  # healing's mask over the first token
-    guide: Guide | None  # the constraint's state after the text
+    allowed: torch.Tensor | None  # healing's mask over the first token (None once a forced token took it)
+    guide: Guide | None  # the constraint's state after the text (and `forced`)
+    forced: list[int]  # the last tokens of `ids`: the only ones the constraint allowed after the text
 
 
 def read_prompt(
     request: LookaheadRequest | DistributionRequest, tokenizer: PreTrainedTokenizerBase, matchers: MatcherStore,
-    context_limit: int, room: int, vocab_size: int, device: torch.device,
+    context_limit: int, room: int, vocab_size: int, device: torch.device, force: bool = False,
 ) -> Prompt:
     """Tokenize the request's text (healing trailing whitespace, in chat mode after the conversation) and
-    keep the window that leaves `room` tokens of the model's `context_limit`."""
+    keep the window that leaves `room` tokens of the model's `context_limit`. With `force` (branches), the
+    tokens the constraint leaves no choice about are read too: the branches fork where there is one."""
     prefix, healed = split_for_healing(request.text, tokenizer)
+    eos = stop_tokens(request.model)
     ids, guide = matchers.context_and_guide(request.key, request.constraint, tokenizer, request.text, prefix,
-                                            as_dicts(request.messages), stop_tokens(request.model), vocab_size, device)
-    dropped = window_start(len(ids), context_limit - room, context_limit)
+                                            as_dicts(request.messages), eos, vocab_size, device)
     allowed = allowed_first_tokens(tokenizer, healed, vocab_size, device) if healed else None
-    return Prompt(ids[dropped:], dropped, healed, allowed, guide)
+    forced = forced_tokens(guide, allowed, eos) if force else []
+    ids = ids + forced
+    dropped = window_start(len(ids), context_limit - room, context_limit)
+    return Prompt(ids[dropped:], dropped, healed, None if forced else allowed, guide, forced)
+
+
+def forced_tokens(guide: Guide | None, allowed: torch.Tensor | None, eos: tuple[int, ...]) -> list[int]:
+    """The tokens the constraint (and healing's mask, over the first) allows one at a time after the text, taken
+    by `guide`: where every branch would start the same, they lead them all, up to the first real choice (or the
+    end token, which ends a branch)."""
+    forced: list[int] = []
+    while guide is not None and len(forced) < MAX_FORCED_TOKENS and not guide.done():
+        valid = guide.valid() if allowed is None else guide.valid() & allowed
+        if int(valid.sum()) != 1:
+            break
+        token = int(valid.nonzero()[0, 0])
+        if token in eos:
+            break
+        guide.advance(token)
+        forced.append(token)
+        allowed = None
+    return forced
 
 
 class ScoredText(NamedTuple):

@@ -45,6 +45,7 @@ from lookahead.results import (
     context_info,
     distribution_entries,
     eos_ids,
+    forced_entry,
     last,
     scores_result,
     stop_tokens,
@@ -191,6 +192,7 @@ class _Run(NamedTuple):
     healed: str  # the whitespace backed up by healing
     tokenizer: PreTrainedTokenizerBase
     context: torch.Tensor  # (1, T) the token ids scored
+    forced: list[int]  # the last of them: the only tokens a constraint allowed after the text
 
 
 def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unkept = prefix_caches,
@@ -214,15 +216,16 @@ def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unk
     store.put(request.key, prompt.ids, result.cache, continuations, result.scores)
     info = {**context_info(request.model, str(model.device), len(prompt.ids), reused, prompt.dropped, prompt.healed),
             "partial": None, **info}
-    return _Run(result, info, prompt.allowed, prompt.healed, tokenizer, context)
+    return _Run(result, info, prompt.allowed, prompt.healed, tokenizer, context, prompt.forced)
 
 
 def _prompt(request: LookaheadRequest | DistributionRequest, model: PreTrainedModel,
             tokenizer: PreTrainedTokenizerBase) -> Prompt:
     """What the model reads for a lookahead (room for its branches) or a distribution (room for one token)."""
-    room = request.depth if isinstance(request, LookaheadRequest) else 1
+    branches = isinstance(request, LookaheadRequest)
     vocab_size = model.config.get_text_config().vocab_size
-    return read_prompt(request, tokenizer, matchers, _context_limit(model), room, vocab_size, model.device)
+    return read_prompt(request, tokenizer, matchers, _context_limit(model), request.depth if branches else 1,
+                       vocab_size, model.device, force=branches)
 
 
 class Unkept:
@@ -353,7 +356,8 @@ def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore
     sequences = run.result.sequences.tolist()
     firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])
     stops = eos_ids(load_model(request.model_name)[0].generation_config)
-    branches = branch_entries(sequences, stops, firsts, run.healed, run.tokenizer, request.stop)
+    branches = branch_entries([run.forced + seq for seq in sequences], stops, firsts, run.healed, run.tokenizer,
+                              request.stop)
     listed = _distribution(run, sampling, max(DISTRIBUTION_ROWS, request.n_branches))
     return {
         **run.info,
@@ -361,6 +365,7 @@ def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore
         "branch_mode": request.branch_mode,
         "seed": request.seed,
         "distribution": listed + _refused(run, sampling, listed),
+        "forced": forced_entry(run.forced, run.healed, run.tokenizer),
         "branches": branches,
     }
 

@@ -47,6 +47,14 @@ def window_start(n_tokens: int, room: int, context: int) -> int:
     return 0 if over <= 0 else -(-over // step) * step
 
 
+def forced_entry(forced: list[int], healed: str, tokenizer: PreTrainedTokenizerBase) -> dict | None:
+    """What a constraint wrote by itself after the text before the branches' first choice (None: nothing):
+    its tokens, and their text (healing's backed-up whitespace, part of the text already, left out)."""
+    if not forced:
+        return None
+    return {"token_ids": forced, "text": tokenizer.decode(forced, clean_up_tokenization_spaces=False)[len(healed):]}
+
+
 def context_info(model: str, device: str, n_tokens: int, reused: int, dropped: int, healed: str) -> dict:
     """What a caller is told about the context the model saw."""
     return {

@@ -59,6 +59,7 @@ from lookahead.results import (
     branch_entries,
     context_info,
     distribution_entries,
+    forced_entry,
     scores_result,
     stop_tokens,
 )
@@ -103,6 +104,7 @@ class Context:
     salt: str  # the session's cache salt
     allowed: torch.Tensor | None = None  # healing's mask over the first token
     guide: Guide | None = None  # a constraint's state after the text
+    forced: tuple[int, ...] = ()  # the last of `ids`: the only tokens the constraint allowed after the text
 
 
 def session_salt(model: str, session: str, secret: bytes = SALT_SECRET) -> str:
@@ -217,7 +219,9 @@ class VLLMBackend:
             "branch_mode": request.branch_mode,
             "seed": request.seed,
             "distribution": distribution,
-            "branches": branch_entries(sequences, stops, firsts, context.healed, context.tokenizer, request.stop),
+            "forced": forced_entry(list(context.forced), context.healed, context.tokenizer),
+            "branches": branch_entries([[*context.forced, *seq] for seq in sequences], stops, firsts, context.healed,
+                                       context.tokenizer, request.stop),
         }
 
     def distribution(self, request: DistributionRequest) -> list[dict]:
@@ -305,9 +309,9 @@ class VLLMBackend:
         model = request.model
         tokenizer = load_tokenizer(model)
         prompt = read_prompt(request, tokenizer, self.matchers, self._model(model).max_model_len, room, len(tokenizer),
-                             torch.device("cpu"))
+                             torch.device("cpu"), force=isinstance(request, LookaheadRequest))
         return Context(tokenizer, prompt.ids, prompt.dropped, prompt.healed, model, session_salt(*request.key),
-                       prompt.allowed, prompt.guide)
+                       prompt.allowed, prompt.guide, tuple(prompt.forced))
 
     def _info(self, context: Context, reused: int, exact: bool) -> dict:
         info = context_info(context.model, self.device, len(context.ids), reused, context.dropped, context.healed)

@@ -69,6 +69,12 @@ def test_plot_escapes_html_in_tokens():
     assert "<script>" not in distribution_plot([entry(1, "<script>", 0.1)])
 
 
+def test_plot_says_what_a_constraint_writes_before_the_choice_it_shows():
+    plot = distribution_plot([entry(1, " France", 0.5)], "Paris, <b>")
+    assert "The constraint writes Paris,␣&lt;b&gt; first; the choice after it:" in plot
+    assert "writes" not in distribution_plot([entry(1, " France", 0.5)])
+
+
 def shown(text: str, **extra) -> tuple[str, dict]:
     result = {
         "branches": [{"text": " sat", "token_ids": [1, 2], "prob": 0.5},
@@ -101,6 +107,11 @@ def test_forcing_appends_the_clicked_token_and_refuses_broken_characters():
     for token_id in (8, 99):
         with pytest.raises(gr.Error):
             force_token("The cat dog", shown("The cat dog"), h, SimpleNamespace(token_id=token_id))
+    # a constraint wrote " sat," by itself before the choice the plot shows: a click writes both
+    forced = shown("The cat ", healed_whitespace=" ", forced={"token_ids": [5, 6], "text": "sat,"})
+    h = History.start("The cat ", "m")
+    text, h = at(force_token("The cat ", forced, h, SimpleNamespace(token_id=7)), text_box, history_state)
+    assert text == "The cat sat, dog" and h.nodes[-1].token_ids == [5, 6, 7]
 
 
 def test_undo_and_redo_walk_the_tree_and_say_when_there_is_nowhere_to_go():

@@ -114,12 +114,13 @@ def test_valid_tokens_equal_partial_matching_over_the_vocabulary(model_name, kin
 
 
 def reference_constrained_greedy(model, tokenizer, ids: list[int], valid_after, healed: str, first: int,
-                                 steps: int) -> tuple[list[int], str]:
+                                 steps: int, written: str = "") -> tuple[list[int], str]:
     """Greedy under the reference mask after taking `first` (whose text begins with the `healed` whitespace,
-    written before the constraint's start): the tokens and the constrained text they write."""
+    written before the constraint's start; `written`: what the constraint wrote before it): the tokens and the
+    constrained text they write."""
     eos = eos_of(model)
     texts = token_texts(tokenizer)
-    seq, text = [first], texts[first][len(healed) :]
+    seq, text = [first], written + texts[first][len(healed) :]
     for _ in range(steps):
         if seq[-1] == eos:
             break
@@ -140,24 +141,32 @@ def test_branches_start_valid_continue_under_the_constraint_and_end_where_it_com
     # healing: the trailing space is backed up, and the constraint starts after it
     ids = tokenizer(text[:-1])["input_ids"]
     vocab, eos = model.config.get_text_config().vocab_size, eos_of(model)
+    valid_after = ((lambda t: reference_choice_valid(tokenizer, value, t, vocab, eos)) if kind == "choice"
+                   else (lambda t: reference_valid(tokenizer, pattern, t, vocab, eos)))
     healed_first = torch.tensor([t.startswith(" ") and regex.fullmatch(pattern, t[1:], partial=True) is not None
                                  and i not in tokenizer.all_special_ids
                                  for i, t in enumerate(token_texts(tokenizer)[:vocab])])
-    logits = next_logits(model, ids).float().masked_fill(~healed_first, float("-inf"))
-    firsts = logits.topk(min(4, int(healed_first.sum()))).indices.tolist()
-    assert [b["token_ids"][0] for b in result["branches"]] == firsts
+    forced, written, healed, first_mask = [], "", " ", healed_first
+    if int(healed_first.sum()) == 1:  # only the bare space may come first: every branch starts with it
+        forced = healed_first.nonzero()[0].tolist()
+        written, healed = token_texts(tokenizer)[forced[0]][1:], ""
+        first_mask = valid_after(written)
+    assert result["forced"] == ({"token_ids": forced, "text": written} if forced else None)
+    context = ids + forced
+    logits = next_logits(model, context).float().masked_fill(~first_mask, float("-inf"))
+    firsts = logits.topk(min(4, int(first_mask.sum()))).indices.tolist()
+    assert [b["token_ids"][len(forced)] for b in result["branches"]] == firsts, "they fork at the first choice"
     refused = [d for d in result["distribution"] if not d["valid"]]
     assert len(refused) >= 3 and all(d["p_final"] == 0 for d in refused), "the likeliest refused tokens are listed"
     spaced = torch.tensor([t.startswith(" ") for t in token_texts(tokenizer)[:vocab]])  # healing's own mask
-    expected_refused = next_logits(model, ids).float().masked_fill(healed_first | ~spaced, float("-inf"))
+    not_refused = first_mask if forced else healed_first | ~spaced
+    expected_refused = next_logits(model, context).float().masked_fill(not_refused, float("-inf"))
     assert [d["token_id"] for d in refused] == expected_refused.topk(len(refused)).indices.tolist()
     for branch, first in zip(result["branches"], firsts):
-        valid_after = (
-            (lambda t: reference_choice_valid(tokenizer, value, t, vocab, eos)) if kind == "choice"
-            else (lambda t: reference_valid(tokenizer, pattern, t, vocab, eos)))
-        seq, written = reference_constrained_greedy(model, tokenizer, ids, valid_after, " ", first, 5)
-        assert branch["token_ids"] == seq
-        assert branch["text"] == written
+        seq, constrained = reference_constrained_greedy(model, tokenizer, context, valid_after, healed, first, 5,
+                                                        written)
+        assert branch["token_ids"] == forced + seq
+        assert branch["text"] == constrained
         assert regex.fullmatch(pattern, branch["text"], partial=True)
         assert branch["ends"] == (seq[-1] == eos)
         if branch["ends"]:
@@ -292,3 +301,24 @@ def test_bad_stops_get_clear_errors(embedded, stop, message):
     with pytest.raises(ValueError, match=message):
         cli.generate("abc", 4, stop=stop)
 
+
+
+def test_a_constraint_that_writes_several_tokens_by_itself_leads_every_branch_with_them(embedded):
+    """Both options begin "Paris, ": the tokens before the first real choice lead every branch, do not use up its
+    depth, and the distribution is the one at the choice."""
+    model, tokenizer = embedded
+    text = "Which Paris? The city:"
+    result = cli.lookahead(text, 3, 2, constraint={"type": "choice", "value": ["Paris, France", "Paris, Texas"],
+                                                    "start": None})
+    forced = result["forced"]
+    assert forced is not None and "Paris, France".startswith(forced["text"]) and forced["text"].startswith("Paris")
+    n = len(forced["token_ids"])
+    firsts = [branch["token_ids"][n] for branch in result["branches"]]
+    assert len(set(firsts)) == len(firsts) >= 2, "the branches fork where the options part"
+    for branch in result["branches"]:
+        assert branch["token_ids"][:n] == forced["token_ids"] and branch["text"].startswith(forced["text"])
+        assert len(branch["token_ids"]) <= n + 2, "the forced tokens use up none of the depth"
+        assert any(option.startswith(branch["text"]) for option in ("Paris, France", "Paris, Texas"))
+    logprobs = torch.log_softmax(next_logits(model, tokenizer(text)["input_ids"] + forced["token_ids"]).float(), -1)
+    for entry in result["distribution"]:
+        assert entry["logprob"] == pytest.approx(float(logprobs[entry["token_id"]]), abs=1e-4)

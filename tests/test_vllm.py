@@ -351,7 +351,8 @@ def test_constraints_answer_as_in_process(vllm):
     with in_process():
         expected = (cli.lookahead(text, 3, 4, constraint=choice, session="reference"),
                     cli.next_token_distribution(text, 10, constraint=choice),
-                    cli.generate("The date of the moon landing: ", 12, "greedy", constraint=date))
+                    cli.generate("The date of the moon landing: ", 12, "greedy", constraint=date),
+                    cli.lookahead("The letter was dated ", 3, 3, constraint=date, session="reference"))
     ours = cli.lookahead(text, 3, 4, constraint=choice, session="v")
     assert [b["token_ids"] for b in ours["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
     assert [(b["text"], b["ends"]) for b in ours["branches"]] == [
@@ -361,3 +362,6 @@ def test_constraints_answer_as_in_process(vllm):
     assert valid and valid == [e["token_id"] for e in expected[1] if e["valid"]][: len(valid)]
     continued = cli.generate("The date of the moon landing: ", 12, constraint=date)
     assert continued["token_ids"] == expected[2]["token_ids"]
+    forced = cli.lookahead("The letter was dated ", 3, 3, constraint=date, session="v")  # only a space may come first
+    assert forced["forced"] == expected[3]["forced"] and forced["forced"] is not None
+    assert [b["token_ids"] for b in forced["branches"]] == [b["token_ids"] for b in expected[3]["branches"]]

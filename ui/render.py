@@ -29,9 +29,10 @@ def visible(text: str) -> str:
     return text.translate(VISIBLE_WHITESPACE)
 
 
-def distribution_plot(distribution: list[dict]) -> str:
+def distribution_plot(distribution: list[dict], forced: str | None = None) -> str:
     """p_base and p_final bars for the top tokens and the rest ("other"); cut tokens greyed, and those a
-    constraint refuses marked ✗. Rows are clickable."""
+    constraint refuses marked ✗. Rows are clickable. `forced`: the text a constraint writes by itself first;
+    the plot is of the choice after it."""
     refused = [d for d in distribution if not d.get("valid", True)][:REFUSED_ROWS]
     top = [d for d in distribution if d.get("valid", True)][: DISTRIBUTION_ROWS - len(refused)] + refused
     rows = [(d, visible(d["token"]), d["prob"], d.get("p_final", d["prob"]), d.get("kept", True)) for d in top]
@@ -47,8 +48,10 @@ def distribution_plot(distribution: list[dict]) -> str:
         return f'<span style="{BAR_STYLE};background:{fill};width:{min(100.0, 100 * p / scale):.1f}%"></span>'
 
     legend = (
-        f'<div style="font-size:12px;color:var(--body-text-color-subdued);margin-bottom:4px">'
-        f'<span style="color:{BASE_COLOR}">■</span> p_base (plain softmax) '
+        '<div style="font-size:12px;color:var(--body-text-color-subdued);margin-bottom:4px">'
+        + (f'<b class="forced">The constraint writes {html.escape(visible(forced))} first; the choice after it:</b> '
+           if forced is not None else "")
+        + f'<span style="color:{BASE_COLOR}">■</span> p_base (plain softmax) '
         f'<span style="color:{FINAL_COLOR}">■</span> p_final (after the sampling settings) · '
         f'greyed: cut by the filters' + (" · ✗: the constraint refuses it" if constrained else "")
         + ' · click a token to append it'
