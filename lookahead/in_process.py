@@ -196,14 +196,15 @@ class _Run(NamedTuple):
 
 
 def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unkept = prefix_caches,
-         window: int | None = None) -> _Run:
+         window: int | None = None, force: bool = True) -> _Run:
     """Tokenize (healing trailing whitespace), reuse the session's cache from `store`, and compute the branches
-    (from the text's last `window` tokens only, if given: a partial answer)."""
+    (from the text's last `window` tokens only, if given: a partial answer; after the tokens a constraint
+    forces, with `force`)."""
     model, tokenizer = load_model(request.model_name)
-    prompt = _prompt(request, model, tokenizer)
-    info = {}
+    prompt = _prompt(request, model, tokenizer, force)
+    partial = None
     if window is not None and len(prompt.ids) > window:
-        info = {"partial": {"window_tokens": window, "context_tokens": len(prompt.ids)}}
+        partial = {"window_tokens": window, "context_tokens": len(prompt.ids)}
         prompt = prompt._replace(ids=prompt.ids[-window:])
     cache, reused, known_scores = store.take(request.key, prompt.ids)
     context = torch.tensor([prompt.ids], device=model.device)
@@ -215,17 +216,17 @@ def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unk
     continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
     store.put(request.key, prompt.ids, result.cache, continuations, result.scores)
     info = {**context_info(request.model, str(model.device), len(prompt.ids), reused, prompt.dropped, prompt.healed),
-            "partial": None, **info}
+            "partial": partial}
     return _Run(result, info, prompt.allowed, prompt.healed, tokenizer, context, prompt.forced)
 
 
 def _prompt(request: LookaheadRequest | DistributionRequest, model: PreTrainedModel,
-            tokenizer: PreTrainedTokenizerBase) -> Prompt:
-    """What the model reads for a lookahead (room for its branches) or a distribution (room for one token)."""
-    branches = isinstance(request, LookaheadRequest)
+            tokenizer: PreTrainedTokenizerBase, force: bool) -> Prompt:
+    """What the model reads for a lookahead (room for its branches; after the tokens a constraint forces, with
+    `force`) or a distribution (room for one token)."""
+    room = request.depth if isinstance(request, LookaheadRequest) else 1
     vocab_size = model.config.get_text_config().vocab_size
-    return read_prompt(request, tokenizer, matchers, _context_limit(model), request.depth if branches else 1,
-                       vocab_size, model.device, force=branches)
+    return read_prompt(request, tokenizer, matchers, _context_limit(model), room, vocab_size, model.device, force)
 
 
 class Unkept:
@@ -253,7 +254,7 @@ def _read_first(request: LookaheadRequest | DistributionRequest | ScoresRequest)
     if scored:
         ids = read_scored_text(request, tokenizer, _context_limit(model)).ids
     else:
-        ids = _prompt(request, model, tokenizer).ids
+        ids = _prompt(request, model, tokenizer, force=isinstance(request, LookaheadRequest)).ids
     return reader.plan(request.key, ids, request.model, model, scored or prefix_caches.scoring(request.key))
 
 
@@ -288,7 +289,7 @@ def _next_tokens(request: DistributionRequest) -> dict:
     """The distribution: the branches' pass with one branch of one token (the sampling shapes p_final only)."""
     one_token = LookaheadRequest(text=request.text, session=request.session, model_name=request.model_name,
                                  messages=request.messages, constraint=request.constraint, n_branches=1, depth=1)
-    return {"distribution": _distribution(_run(one_token), request.sampling, request.k)}
+    return {"distribution": _distribution(_run(one_token, force=False), request.sampling, request.k)}
 
 
 def _token_probabilities(request: ScoresRequest, stored_only: bool = False) -> dict | None:

@@ -322,3 +322,6 @@ def test_a_constraint_that_writes_several_tokens_by_itself_leads_every_branch_wi
     logprobs = torch.log_softmax(next_logits(model, tokenizer(text)["input_ids"] + forced["token_ids"]).float(), -1)
     for entry in result["distribution"]:
         assert entry["logprob"] == pytest.approx(float(logprobs[entry["token_id"]]), abs=1e-4)
+    very_next = cli.next_token_distribution(text, 5, constraint={"type": "choice",
+                                                                 "value": ["Paris, France", "Paris, Texas"]})
+    assert [e["token_id"] for e in very_next if e["valid"]] == forced["token_ids"][:1], "not skipped"
