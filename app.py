@@ -308,11 +308,8 @@ def force_token(text: str, shown: tuple[str, dict] | None, history: History, eve
         raise refuse("That token is part of a character split over several tokens; take a branch instead.")
     if not entry.get("valid", True):
         raise refuse("The constraint does not allow that token (✗); turn the constraint off to write it.")
-    if result.get("forced"):  # the plot shows the choice after what the constraint wrote by itself
-        piece = result["forced"]["text"] + entry["token"]
-    else:
-        piece = entry["token"][len(result["healed_whitespace"]) :]  # healing: the whitespace is in the text
-    history.add(text + piece, "token", [*forced_ids(result), entry["token_id"]], node_settings(shown))
+    history.add(before_choice(text, result) + entry["token"], "token", [*forced_ids(result), entry["token_id"]],
+                node_settings(shown))
     return edited(history)
 
 
@@ -355,15 +352,18 @@ def explain_heatmap_token(
     return explain(question, method, request, progress)
 
 
-def next_token_question(text: str, result: dict, token_id: int, context: Context) -> dict:
-    """Why `token_id` next, as the suggestions on screen saw the text: with healing, its trailing whitespace is
-    the token's own, so the context ends before it; after what a constraint wrote by itself, the context is
+def before_choice(text: str, result: dict) -> str:
+    """The text as the suggestions on screen read it up to the choice they show: with healing, its trailing
+    whitespace is the next token's own, so it ends before it; after what a constraint writes by itself, it is
     the text and that."""
     if result.get("forced"):
-        before = text + result["forced"]["text"]
-    else:
-        before = text[: len(text) - len(result["healed_whitespace"])]
-    return {"text": before, "target_token_id": token_id, "at_token": None, "where": None,
+        return text + result["forced"]["text"]
+    return text[: len(text) - len(result["healed_whitespace"])]
+
+
+def next_token_question(text: str, result: dict, token_id: int, context: Context) -> dict:
+    """Why `token_id` next, as the suggestions on screen saw the text."""
+    return {"text": before_choice(text, result), "target_token_id": token_id, "at_token": None, "where": None,
             "messages": context.messages, "model_name": context.model_name}
 
 
