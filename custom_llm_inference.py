@@ -58,6 +58,7 @@ __all__ = [
     "ATTRIBUTION_METHODS",
     "MAX_BRANCHES",
     "MAX_DEPTH",
+    "MAX_FIT_TOKENS",
     "MAX_NEW_TOKENS",
     "MAX_SEED",
     "MAX_STEPS",
@@ -98,6 +99,7 @@ MAX_TEXT_CHARS = 1_000_000  # far past any model's context; keeps tokenizing a p
 MAX_STOPS, MAX_STOP_CHARS = 8, 200
 MAX_STEPS, MAX_WINDOW = 64, 2048  # attribution: integrated-gradients points, tokens explained
 MAX_SEED = 2**63 - 1  # torch.Generator's seeds are 64-bit
+MAX_FIT_TOKENS = 256  # tokens after the caret a branch's fit is measured on
 GENERATION_METHODS = ("greedy", "lookahead")
 
 # GPU time asked of ZeroGPU per call (before its duration factor, 1.5 on current hardware).
@@ -212,6 +214,27 @@ def _common(text: object, session: object, model_name: object, messages: object)
     return dict(text=_check_text(text, chat), session=str(session), model_name=model_name, messages=chat)
 
 
+def _at_caret(text: object, caret: object, session: object, model_name: object, messages: object,
+              constraint: object) -> tuple[dict, str | None]:
+    """The common fields for the text before the caret, and the text after it (None: the caret is at the end).
+
+    A caret is a character offset into `text` as Python counts characters (code points); what the call
+    gives is exactly what it gives for `text[:caret]`. A constraint must start before the caret.
+    """
+    if caret is None:
+        return _common(text, session, model_name, messages), None
+    whole = _check_string("text", text)
+    caret = _check_int("caret", caret, 0, len(whole))
+    start = constraint.get("start") if isinstance(constraint, dict) else None
+    if isinstance(start, int) and not isinstance(start, bool) and start > caret:
+        raise ValueError(f"constraint start ({start}) lies after the caret ({caret}): a constraint governs what is "
+                         "written from its start on, and the suggestions are for the caret; move one or the other")
+    if caret == 0 and messages is None:
+        raise ValueError("caret is 0: nothing comes before it to continue; put the caret after some text")
+    common = _common(whole[:caret], session, model_name, messages)
+    return common, (whole[caret:] if caret < len(whole) else None)
+
+
 def gpu_seconds(request: Request) -> int:
     """The GPU duration `_on_gpu(request)` asks ZeroGPU for, by the request's type, in whole seconds (spaces drops
     a fraction)."""
@@ -295,6 +318,7 @@ def next_token_distribution(
     presence_penalty: float = 0.0,
     frequency_penalty: float = 0.0,
     constraint: dict | None = None,
+    caret: int | None = None,
 ) -> list[dict]:
     """The k next tokens after `text`, ranked by p_final, then p_base.
 
@@ -310,13 +334,17 @@ def next_token_distribution(
     tokens starting with it are allowed, renormalised.
     With `messages` (earlier turns of a conversation) `text` is the assistant's reply being
     written, in the model's chat template (lookahead/chat.py); the same holds for every function here.
+    `caret` (a character offset into `text`; None: its end): the next tokens at the caret, exactly those after
+    `text[:caret]` (a constraint's `start` must not lie after it); the session's cache of the whole text serves
+    any caret without reading the text before it again.
     """
-    common = _common(text, session, model_name, messages)
+    common, after = _at_caret(text, caret, session, model_name, messages, constraint)
     return _backend.distribution(DistributionRequest(
         **common,
         k=_check_int("k", k, 1, MAX_TOP_K),
         sampling=_sampling(temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty),
         constraint=_check_constraint(constraint, common["text"], common["model_name"]),
+        after=after,
     ))
 
 
@@ -418,6 +446,8 @@ def lookahead(
     frequency_penalty: float = 0.0,
     constraint: dict | None = None,
     stop: list[str] | None = None,
+    fit_tokens: int = 32,
+    caret: int | None = None,
 ) -> dict:
     """The `n_branches` best next tokens after `text` (by p_final), each continued to `depth` tokens.
 
@@ -442,8 +472,14 @@ def lookahead(
     at a time right after the text, "forced" lists those tokens ({"token_ids", "text"}, else None): they lead
     every branch, and the branches and the distribution are those of the first real choice after them. A branch
     also ends where it completes one of the `stop` strings: its text is cut before the string, and "stop" names it.
+    `caret` (a character offset into `text`; None: its end): suggestions at the caret, exactly those for
+    `text[:caret]`, a branch's "text" being what to insert there. With text after the caret, each branch has
+    "fit": (log p(S | P + b) - log p(S | P)) / len(S), P the context's token ids before the caret (as the branches
+    read them), b the branch's token ids after them, S the first `fit_tokens` token ids of `text[caret:]`
+    tokenized on its own: how much likelier (> 0) or less likely what follows becomes, per token, with the branch
+    inserted. None for a branch that ends, and for every branch with nothing after the caret (or fit_tokens 0).
     """
-    common = _common(text, session, model_name, messages)
+    common, after = _at_caret(text, caret, session, model_name, messages, constraint)
     request = LookaheadRequest(
         **common,
         n_branches=_check_int("n_branches", n_branches, 1, MAX_BRANCHES),
@@ -453,6 +489,8 @@ def lookahead(
         seed=_check_int("seed", seed, 0, MAX_SEED),
         constraint=_check_constraint(constraint, common["text"], common["model_name"]),
         stop=_check_stop(stop),
+        after=after,
+        fit_tokens=_check_int("fit_tokens", fit_tokens, 0, MAX_FIT_TOKENS),
     )
     return _backend.lookahead(request, precompute, partial)
 
@@ -460,10 +498,10 @@ def lookahead(
 def generate_stream(
     text: str, max_new_tokens: int = 64, method: str = "lookahead", *, session: str = "default",
     model_name: str | None = None, messages: list[dict] | None = None, constraint: dict | None = None,
-    stop: list[str] | None = None,
+    stop: list[str] | None = None, caret: int | None = None,
 ) -> Iterator[dict]:
     """`generate`'s result after every forward pass, growing, for streaming into the UI."""
-    common = _common(text, session, model_name, messages)
+    common, _ = _at_caret(text, caret, session, model_name, messages, constraint)
     request = GenerateRequest(
         **common,
         max_new_tokens=_check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS),
@@ -481,7 +519,7 @@ def generate_stream(
 def generate(
     text: str, max_new_tokens: int = 64, method: str = "lookahead", *, session: str = "default",
     model_name: str | None = None, messages: list[dict] | None = None, constraint: dict | None = None,
-    stop: list[str] | None = None,
+    stop: list[str] | None = None, caret: int | None = None,
 ) -> dict:
     """Continue `text` greedily by up to `max_new_tokens` tokens (stopping after EOS).
 
@@ -496,6 +534,8 @@ def generate(
     lookahead) each token is the best the constraint allows, and lookahead decoding stays exact.
     `stop`: the continuation ends where it completes one of these strings, cut before it ("text"
     and "token_texts"; "token_ids" run through the token that completed it).
+    `caret` (a character offset into `text`; None: its end): continue `text[:caret]`, "text" being what to insert
+    at the caret (the text after it is not read).
     """
     return last(generate_stream(text, max_new_tokens, method, session=session, model_name=model_name,
-                                messages=messages, constraint=constraint, stop=stop))
+                                messages=messages, constraint=constraint, stop=stop, caret=caret))

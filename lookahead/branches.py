@@ -9,6 +9,11 @@ as it was; each branch's fed tokens keep their KV on the side (`branch_kv`), val
 append after the prompt, so taking a branch costs one token's forward instead of depth.
 Under a constraint each branch carries its own copy of the grammar's state (lookahead/constraints.py),
 and every token it takes is one its state allows.
+
+At a caret inside the text, the cache may hold the whole text: the tokens after the caret stay in it,
+masked out (`hidden`), and the prompt's own tail runs beside them, so moving the caret never reads the
+text before it again. What follows the caret (`follow`) is then run once after each branch, and once
+without one, in the same kind of tree pass: how much each branch makes it likelier is the branch's fit.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class Lookahead(NamedTuple):
     branch_kv: list[list[tuple[torch.Tensor, torch.Tensor]]]  # per branch, per layer: KV of its first depth-1 tokens
     scores: Scores | None  # the prompt's tokens scored, when asked for (lookahead/scoring.py)
     valid: torch.Tensor | None  # (vocab,) bool: the tokens a constraint allows next (None: no constraint)
+    fit: torch.Tensor | None  # (k,) per token of `follow`: log p(follow | prompt + branch) - log p(follow | prompt)
 
 
 def extend_cache(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
@@ -46,21 +52,31 @@ def extend_cache(model: PreTrainedModel, input_ids: torch.Tensor, cache: Dynamic
     return out.logits[0, -1]
 
 
-def tree_attention_mask(prompt_len: int, k: int, step: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """(1, 1, k, prompt_len + step*k) additive mask for feeding branch tokens of depth `step-1`.
+def tree_attention_mask(
+    prompt: int | torch.Tensor, k: int, step: int, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """(1, 1, k, P + step*k) additive mask for feeding branch tokens of depth `step-1`.
 
-    Columns: the prompt (visible to all), then `step` blocks of k branch tokens, of which
-    row b sees only column b of each block (its own branch).
+    Columns: the prompt's P cache entries (`prompt`: their number, all visible, or a bool (P,) of the visible
+    ones), then `step` blocks of k branch tokens, of which row b sees only column b of each block (its own branch).
     """
-    return additive_mask(prompt_len, torch.eye(k, dtype=torch.bool, device=device).repeat(1, step), dtype, device)
+    return additive_mask(prompt, torch.eye(k, dtype=torch.bool, device=device).repeat(1, step), dtype, device)
 
 
-def additive_mask(past: int, own: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """(1, 1, q, past + n) additive attention mask for q new tokens: each sees the `past` cached positions,
-    and of the n new columns those where the boolean (q, n) `own` is True; the rest get dtype's lowest value."""
-    visible = torch.cat([torch.ones(own.shape[0], past, dtype=torch.bool, device=own.device), own], dim=1).to(device)
+def additive_mask(
+    past: int | torch.Tensor, own: torch.Tensor, dtype: torch.dtype, device: torch.device
+) -> torch.Tensor:
+    """(1, 1, q, P + n) additive attention mask for q new tokens: each sees the P cached positions (`past`: how
+    many, all visible, or a bool (P,) of the visible ones), and of the n new columns those where the boolean
+    (q, n) `own` is True; the rest get dtype's lowest value."""
+    seen = torch.ones(past, dtype=torch.bool, device=own.device) if isinstance(past, int) else past.to(own.device)
+    return visibility_mask(torch.cat([seen.expand(own.shape[0], -1), own], dim=1), dtype, device)
+
+
+def visibility_mask(visible: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(1, 1, q, n) additive attention mask from a bool (q, n): dtype's lowest value where a row must not look."""
     mask = torch.zeros(visible.shape, dtype=dtype, device=device)
-    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    mask.masked_fill_(~visible.to(device), torch.finfo(dtype).min)
     return mask[None, None]
 
 
@@ -77,6 +93,9 @@ def get_lookahead_sequences(
     generator: torch.Generator | None = None,
     known_scores: Scores | None = None,
     guide: Guide | None = None,
+    hidden: int = 0,
+    follow: list[int] | None = None,
+    unforced: int | None = None,
 ) -> Lookahead:
     """Top `n_branch_tokens` next tokens after `input_ids` (1, T), each continued to `depth` tokens.
 
@@ -88,15 +107,26 @@ def get_lookahead_sequences(
     tokens the cache holds, see extend_and_score) the new prompt tokens are scored as they run.
     With a `guide` (a constraint's state after the prompt) branches start from valid tokens only and
     each continues under its own copy of it.
+
+    At a caret: the cache's last `hidden` entries (the text after the caret) are masked out of every pass and
+    kept; it comes back as it came, holding them. With `follow` (the caret's next tokens), `fit` compares
+    them after each branch with them after the prompt's first `unforced` tokens (default: all of them).
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"expected input_ids of shape (1, T), got {tuple(input_ids.shape)}")
     cache = GrowableCache() if cache is None else cache
     prompt_len = input_ids.shape[1]
-    if known_scores is None:
+    stored = cache.get_seq_length()  # the hidden entries included
+    if hidden:
+        logits, scores = _extend_beside(model, input_ids, cache, stored - hidden, hidden), None
+    elif known_scores is None:
         logits, scores = extend_cache(model, input_ids, cache), None
     else:
         logits, scores = extend_and_score(model, input_ids, cache, known_scores)
+    # the logical position of each of the prompt's cache entries; -1: hidden
+    seen = stored - hidden
+    places = torch.cat([torch.arange(seen), torch.full((hidden,), -1), torch.arange(seen, prompt_len)]).to(
+        input_ids.device)
     first = logits if allowed_first_tokens is None else logits.masked_fill(~allowed_first_tokens, float("-inf"))
     first = first.float()  # rank exactly as the distribution shown does (same ties)
     first_valid = None if guide is None else guide.valid()
@@ -111,7 +141,7 @@ def get_lookahead_sequences(
     sequences = [tokens]
     step_logits = []
     for step in range(1, depth):
-        mask = tree_attention_mask(prompt_len, k, step, model.dtype, input_ids.device)
+        mask = tree_attention_mask(places >= 0, k, step, model.dtype, input_ids.device)
         positions = torch.full((1, k), prompt_len + step - 1, device=input_ids.device)
         out = model(tokens[None], past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True)
         step_logits.append(out.logits[0])
@@ -122,10 +152,58 @@ def get_lookahead_sequences(
             for g, token in zip(guides, tokens.tolist()):
                 g.advance(token)
         sequences.append(tokens)
-    branch_kv = [_branch_kv(cache, prompt_len, k, b) for b in range(k)] if depth > 1 else [[] for _ in range(k)]
-    if depth > 1:
-        cache.crop(-(k * (depth - 1)))
-    return Lookahead(torch.stack(sequences, dim=1), logits, step_logits, cache, branch_kv, scores, first_valid)
+    branch_kv = [_branch_kv(cache, len(places), k, b) for b in range(k)] if depth > 1 else [[] for _ in range(k)]
+    sequences = torch.stack(sequences, dim=1)
+    fit = None
+    if follow:
+        start = prompt_len if unforced is None else unforced
+        fit = _fit(model, cache, places, sequences, input_ids[0, start - 1], start, follow, prompt_len)
+    kept = stored if hidden else prompt_len
+    if cache.get_seq_length() > kept:
+        cache.crop(kept - cache.get_seq_length())
+    return Lookahead(sequences, logits, step_logits, cache, branch_kv, scores, first_valid, fit)
+
+
+def _extend_beside(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache, seen: int,
+                   hidden: int) -> torch.Tensor:
+    """Run `input_ids`' tokens after the cache's first `seen` (1, T) beside its `hidden` last entries, which none
+    of them sees; the last logits (vocab,)."""
+    new = input_ids[:, seen:]
+    n = new.shape[1]
+    past = torch.arange(seen + hidden) < seen
+    mask = additive_mask(past, torch.ones(n, n, dtype=torch.bool).tril(), model.dtype, input_ids.device)
+    positions = torch.arange(seen, seen + n, device=input_ids.device)[None]
+    out = model(new, past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True,
+                logits_to_keep=1)
+    return out.logits[0, -1]
+
+
+def _fit(model: PreTrainedModel, cache: DynamicCache, places: torch.Tensor, sequences: torch.Tensor,
+         last_unforced: torch.Tensor, unforced: int, follow: list[int], prompt_len: int) -> torch.Tensor:
+    """(k,) mean log-probability gain of `follow` after each branch over `follow` after the prompt's first
+    `unforced` tokens, from one pass of k + 1 blocks: each branch's last token then `follow`, and the
+    prompt's last unforced token (run again, beside its own entry) then `follow`."""
+    k, depth = sequences.shape
+    n = len(follow)
+    device = sequences.device
+    follow_ids = torch.tensor(follow, device=device)
+    tokens = torch.cat([torch.cat([sequences[:, -1:], follow_ids.expand(k, -1)], dim=1).flatten(),
+                        last_unforced.reshape(1), follow_ids])
+    steps = torch.arange(n + 1, device=device)
+    positions = torch.cat([(prompt_len + depth - 1 + steps).repeat(k), unforced - 1 + steps])
+    tree = torch.arange(cache.get_seq_length() - len(places), device=device) % k  # each tree entry's branch
+    block = torch.arange(k + 1, device=device).repeat_interleave(n + 1)  # each row's block; k: the baseline
+    before_unforced = (places >= 0) & (places < unforced - 1)
+    sees_prompt = torch.where((block < k)[:, None], (places >= 0)[None], before_unforced[None])
+    sees_tree = (tree[None] == block[:, None]) & (block < k)[:, None]
+    row = torch.arange(len(block), device=device)
+    causal = (block[:, None] == block[None]) & (row[:, None] >= row[None])
+    mask = visibility_mask(torch.cat([sees_prompt, sees_tree, causal], dim=1), model.dtype, device)
+    logits = model(tokens[None], past_key_values=cache, attention_mask=mask, position_ids=positions[None],
+                   use_cache=True).logits[0].float()
+    scored = torch.log_softmax(logits.view(k + 1, n + 1, -1)[:, :n], dim=-1)
+    totals = scored.gather(-1, follow_ids.expand(k + 1, -1)[..., None])[..., 0].sum(dim=1)
+    return (totals[:k] - totals[k]) / n
 
 
 def _forked(guide: Guide | None, firsts: list[int]) -> list[Guide] | None:

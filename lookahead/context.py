@@ -66,6 +66,14 @@ def forced_tokens(guide: Guide | None, allowed: torch.Tensor | None, eos: tuple[
     return forced
 
 
+def follow_ids(request: LookaheadRequest, tokenizer: PreTrainedTokenizerBase, room: int) -> list[int]:
+    """The tokens each branch's fit is measured on: the first `fit_tokens` of the text after the caret, tokenized
+    on its own (no more than `room`, what the model's context has left)."""
+    if not request.after or request.fit_tokens <= 0:
+        return []
+    return tokenizer(request.after, add_special_tokens=False)["input_ids"][: min(request.fit_tokens, room)]
+
+
 class ScoredText(NamedTuple):
     """A text tokenized for scoring each of its tokens: the encoding with offsets, and the window scored."""
 

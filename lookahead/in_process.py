@@ -22,7 +22,7 @@ from lookahead.attribution import attribute_stepwise, passes
 from lookahead.branches import Lookahead, get_lookahead_sequences
 from lookahead.chat import as_dicts, encode
 from lookahead.constraints import MatcherStore
-from lookahead.context import Prompt, read_prompt, read_scored_text
+from lookahead.context import Prompt, follow_ids, read_prompt, read_scored_text
 from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.kv_cache import GrowableCache
 from lookahead.models import default_model_name, load_model, model_pass_costs, on_zero_gpu
@@ -82,7 +82,8 @@ class InProcess:
                 result = last(self._serve(request))
             else:  # a long text: answered at once from its last tokens, while it is read (lookahead/reading.py)
                 result = last(self._serve(request, lambda: iter([_partial_lookahead(request, read)])))
-        if precompute and read is None and not on_zero_gpu():
+        # at a caret the session's cache keeps the text after it, which a taken branch's request could not reuse
+        if precompute and read is None and request.after is None and not on_zero_gpu():
             taken = [replace(request, text=request.text + branch["text"]) for branch in result["branches"]]
             speculator.start(request.key, taken, lambda taken, scratch: _lookahead(taken, store=scratch))
         return result
@@ -206,15 +207,24 @@ def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unk
     if window is not None and len(prompt.ids) > window:
         partial = {"window_tokens": window, "context_tokens": len(prompt.ids)}
         prompt = prompt._replace(ids=prompt.ids[-window:])
-    cache, reused, known_scores = store.take(request.key, prompt.ids)
+    if request.after is None:
+        (cache, reused, known_scores), kept = store.take(request.key, prompt.ids), None
+    else:  # at a caret: the text after it may stay in the cache, masked out
+        (cache, reused, known_scores), kept = store.take_before(request.key, prompt.ids)
     context = torch.tensor([prompt.ids], device=model.device)
     generator = torch.Generator(device=model.device).manual_seed(request.seed)
+    follow = follow_ids(request, tokenizer, _context_limit(model) - len(prompt.ids) - request.depth)
     result = get_lookahead_sequences(
         model, context, request.n_branches, request.depth, cache, prompt.allowed, request.sampling,
         request.branch_mode, generator, known_scores, prompt.guide,
+        hidden=0 if kept is None else len(kept.ids) - reused, follow=follow,
+        unforced=len(prompt.ids) - len(prompt.forced),
     )
-    continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
-    store.put(request.key, prompt.ids, result.cache, continuations, result.scores)
+    if kept is None:
+        continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
+        store.put(request.key, prompt.ids, result.cache, continuations, result.scores)
+    else:
+        store.put(request.key, *kept)
     info = {**context_info(request.model, str(model.device), len(prompt.ids), reused, prompt.dropped, prompt.healed),
             "partial": partial}
     return _Run(result, info, prompt.allowed, prompt.healed, tokenizer, context, prompt.forced)
@@ -235,6 +245,9 @@ class Unkept:
 
     def take(self, key: tuple[str, str], token_ids: list[int]) -> Taken:
         return Taken(GrowableCache(), 0, None)
+
+    def take_before(self, key: tuple[str, str], token_ids: list[int]) -> tuple[Taken, None]:
+        return self.take(key, token_ids), None
 
     def put(self, *args: object) -> None:
         pass
@@ -288,7 +301,8 @@ def _context_limit(model: PreTrainedModel) -> int:
 def _next_tokens(request: DistributionRequest) -> dict:
     """The distribution: the branches' pass with one branch of one token (the sampling shapes p_final only)."""
     one_token = LookaheadRequest(text=request.text, session=request.session, model_name=request.model_name,
-                                 messages=request.messages, constraint=request.constraint, n_branches=1, depth=1)
+                                 messages=request.messages, constraint=request.constraint, n_branches=1, depth=1,
+                                 after=request.after, fit_tokens=0)
     return {"distribution": _distribution(_run(one_token, force=False), request.sampling, request.k)}
 
 
@@ -357,8 +371,9 @@ def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore
     sequences = run.result.sequences.tolist()
     firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])
     stops = eos_ids(load_model(request.model_name)[0].generation_config)
+    fits = None if run.result.fit is None else run.result.fit.tolist()
     branches = branch_entries([run.forced + seq for seq in sequences], stops, firsts, run.healed, run.tokenizer,
-                              request.stop)
+                              request.stop, fits)
     listed = _distribution(run, sampling, max(DISTRIBUTION_ROWS, request.n_branches))
     return {
         **run.info,

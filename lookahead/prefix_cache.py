@@ -7,7 +7,9 @@ one session never share a cache (the second simply starts cold). Memory is bound
 an LRU over sessions within a byte budget (buffers' spare room included), sized from
 the device's memory unless `LOOKAHEAD_CACHE_GB` says otherwise: a count of sessions
 would evict a crowd of short texts as readily as a few long ones. The store is an
-optimisation only: a cold start gives identical results.
+optimisation only: a cold start gives identical results. A request at a caret inside the text
+(`take_before`) leaves the text after the caret in the cache, masked out, so every caret
+position is served by the one cache of the whole text.
 
 An entry may also hold continuations whose KV is already known (the lookahead branches'
 tokens, computed in the branch tree): when the new tokens start with one of them, its
@@ -121,6 +123,21 @@ class PrefixCacheStore:
             self.hits += taken.reused > 0
             self.misses += taken.reused == 0
         return taken
+
+    def take_before(self, key: Hashable, token_ids: Sequence[int]) -> tuple[Taken, Entry | None]:
+        """For a caret inside the session's text: the session's whole cache, its tokens after the shared prefix of
+        `token_ids` to be masked out (lookahead/branches.py), and the entry to put back as it was. That keeps
+        more than it must run; else (the text changed more before the caret than stays after it) `take`'s crop,
+        and None."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                reused = min(common_prefix_length(entry.ids, token_ids), len(token_ids) - 1)
+                if reused and len(entry.ids) - reused > len(token_ids) - reused:
+                    del self._entries[key]
+                    self.hits += 1
+                    return Taken(entry.cache, reused, None), entry
+        return self.take(key, token_ids), None
 
     def put(
         self, key: Hashable, token_ids: Sequence[int], cache: DynamicCache, continuations: Sequence[Continuation] = (),

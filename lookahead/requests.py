@@ -49,6 +49,8 @@ class LookaheadRequest(Request):
     seed: int = 0
     constraint: Constraint | None = None
     stop: tuple[str, ...] = ()
+    after: str | None = None  # the text after the caret (`text` ends at it); None: the caret is at the end
+    fit_tokens: int = 32  # how many tokens of `after` each branch's fit is measured on
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +60,7 @@ class DistributionRequest(Request):
     k: int = 10
     sampling: Sampling = PLAIN
     constraint: Constraint | None = None
+    after: str | None = None  # the text after the caret, as for a lookahead
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -125,15 +125,17 @@ def first_stop(text: str, stop: Iterable[str], searched_from: int = 0) -> tuple[
 
 def branch_entries(
     sequences: list[list[int]], stops: Collection[int], firsts: list[dict], healed: str,
-    tokenizer: PreTrainedTokenizerBase, stop: tuple[str, ...] = (),
+    tokenizer: PreTrainedTokenizerBase, stop: tuple[str, ...] = (), fits: list[float] | None = None,
 ) -> list[dict]:
-    """Each branch's dict: its tokens through the first stop, the text to append, and its first token's p.
+    """Each branch's dict: its tokens through the first stop, the text to append, its first token's p, and its
+    fit with the text after the caret (`fits`, None without one; a branch that ends has none).
 
     A stop string ends a branch too: its text is cut before the string, its tokens run through the
     one that completed it, and "stop" says which string it was.
     """
     branches = []
-    for seq, first in zip((through_first(seq, stops) for seq in sequences), firsts):
+    fits = fits or [None] * len(sequences)
+    for seq, first, fit in zip((through_first(seq, stops) for seq in sequences), firsts, fits):
         end = seq[-1] in stops
         text = tokenizer.decode(seq[:-1] if end else seq, clean_up_tokenization_spaces=False)[len(healed) :]
         cut, stopped = first_stop(text, stop)
@@ -143,7 +145,7 @@ def branch_entries(
                        if len(tokenizer.decode(seq[:n], clean_up_tokenization_spaces=False)) - len(healed) >= reach)
             text, end = text[:cut], False
         branches.append({"token_ids": seq, "text": text, "prob": first["prob"], "p_final": first["p_final"],
-                         "ends": end, "stop": stopped})
+                         "ends": end, "stop": stopped, "fit": None if end or stopped else fit})
     return branches
 
 

@@ -63,6 +63,9 @@ class ScratchStore:
             return Taken(cache, n, scores)
         return Taken(cache, n + append_known_continuation(cache, continuations, token_ids[n:-1]), None)
 
+    def take_before(self, key: Hashable, token_ids: Sequence[int]) -> tuple[Taken, None]:
+        return self.take(key, token_ids), None
+
     def put(self, key: Hashable, token_ids: Sequence[int], cache: DynamicCache, continuations=(), scores=None) -> None:
         n = len(self.base.ids)
         new_kv = [(layer.keys[..., n:, :].clone(), layer.values[..., n:, :].clone()) for layer in cache.layers]

@@ -44,7 +44,7 @@ from transformers import PreTrainedTokenizerBase
 from lookahead.backend import BackendError
 from lookahead.chat import as_dicts
 from lookahead.constraints import Guide, MatcherStore
-from lookahead.context import read_prompt, read_scored_text
+from lookahead.context import follow_ids, read_prompt, read_scored_text
 from lookahead.models import load_tokenizer
 from lookahead.requests import (
     AttributionRequest,
@@ -212,6 +212,7 @@ class VLLMBackend:
         else:
             sequences = [self._continue_constrained(context, f["token_id"], request) for f in firsts]
         stops = stop_tokens(context.model)
+        fits = self._fits(context, sequences, request)
         return {
             **self._info(context, reused, exact),
             "partial": None,  # the server reads a long text itself, scheduling it among its other requests
@@ -221,7 +222,7 @@ class VLLMBackend:
             "distribution": distribution,
             "forced": forced_entry(list(context.forced), context.healed, context.tokenizer),
             "branches": branch_entries([[*context.forced, *seq] for seq in sequences], stops, firsts, context.healed,
-                                       context.tokenizer, request.stop),
+                                       context.tokenizer, request.stop, fits),
         }
 
     def distribution(self, request: DistributionRequest) -> list[dict]:
@@ -332,6 +333,25 @@ class VLLMBackend:
                                               sampling, first_allowed=context.allowed))
         return {"token_id": token, "token": context.tokenizer.decode([token]), "prob": 0.0, "logprob": float("-inf"),
                 "p_final": 1.0, "kept": True, "valid": True}
+
+    def _fits(self, context: Context, sequences: list[list[int]], request: LookaheadRequest) -> list[float] | None:
+        """Each branch's fit with the text after the caret (lookahead/branches.py), from the server's log-probabilities
+        of that text's first tokens in one request: a prompt per branch (the context, the branch, then those
+        tokens) and one without a branch."""
+        room = self._model(context.model).max_model_len - len(context.ids) - request.depth
+        follow = follow_ids(request, context.tokenizer, room)
+        if not follow:
+            return None
+        unforced = list(context.ids[: len(context.ids) - len(context.forced)])
+        prompts = [[*context.ids, *seq, *follow] for seq in sequences] + [[*unforced, *follow]]
+        body = {**self._fields(context.model, prompts, 1, context.salt), "prompt_logprobs": 1}
+        choices = sorted(self._complete(body)["choices"], key=lambda c: c["index"])
+        totals = []
+        for prompt, choice in zip(prompts, choices):
+            positions = choice["prompt_logprobs"][len(prompt) - len(follow):]
+            totals.append(sum({int(i): e for i, e in position.items()}[token]["logprob"]
+                              for token, position in zip(follow, positions)))
+        return [(total - totals[-1]) / len(follow) for total in totals[:-1]]
 
     def _continue_constrained(self, context: Context, first: int, request: LookaheadRequest) -> list[int]:
         """A branch from `first` under the constraint: one request per token, each with its own allowed tokens."""

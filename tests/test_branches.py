@@ -67,7 +67,7 @@ def test_allowed_first_tokens_restrict_the_branches(embedded):
 
 
 def test_tree_mask_lets_each_branch_see_the_prompt_and_only_itself():
-    mask = tree_attention_mask(prompt_len=3, k=2, step=2, dtype=torch.float32, device=torch.device("cpu"))
+    mask = tree_attention_mask(prompt=3, k=2, step=2, dtype=torch.float32, device=torch.device("cpu"))
     visible = (mask[0, 0] == 0).int().tolist()
     assert visible == [[1, 1, 1, 1, 0, 1, 0], [1, 1, 1, 0, 1, 0, 1]]
 

@@ -244,6 +244,9 @@ LIMIT_ROWS = {
                                   lambda v: attribution_with(window=v), names="window"),
     "`text`": Limit(lambda: [cli.MAX_TEXT_CHARS], lambda: ["", "x" * (cli.MAX_TEXT_CHARS + 1)], cli.lookahead,
                     names="text"),
+    "`caret`": Limit(lambda: [0], lambda: [-1, 2, 0], lambda v: cli.lookahead("x", caret=v), names="caret"),
+    "`fit_tokens`": Limit(lambda: [0, cli.MAX_FIT_TOKENS], lambda: beyond(0, cli.MAX_FIT_TOKENS),
+                          lambda v: cli.lookahead("x", fit_tokens=v), names="fit_tokens"),
     "`messages`": Limit(lambda: [MAX_MESSAGES, cli.MAX_TEXT_CHARS],
                         lambda: [[USER] * (MAX_MESSAGES + 1), [{**USER, "content": "x" * (cli.MAX_TEXT_CHARS + 1)}]],
                         lambda v: cli.lookahead("", messages=v), names="messages"),
@@ -259,6 +262,7 @@ PAGE_NOTES = {
     "`k` of `token_probabilities`": lambda app: [app.HEATMAP_ALTERNATIVES],
     "attribution `steps`": lambda app: [inspect.signature(cli.attribution).parameters["steps"].default],
     "attribution `window`": lambda app: [inspect.signature(cli.attribution).parameters["window"].default],
+    "`fit_tokens`": lambda app: [inspect.signature(cli.lookahead).parameters["fit_tokens"].default],
 }
 
 

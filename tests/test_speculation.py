@@ -109,7 +109,7 @@ def different(field: dataclasses.Field, value: object) -> object:
     if isinstance(value, bool) or value is None or isinstance(value, (Sampling, Constraint)):
         return {
             "model_name": "another model", "messages": (("user", "Hi"),), "time_limit": 1.0, "target_token_id": 7,
-            "at_token": 1, "sampling": Sampling(temperature=0.5),
+            "at_token": 1, "sampling": Sampling(temperature=0.5), "after": " and the rest",
             "constraint": check_constraint({"type": "choice", "value": ["yes"], "start": None}, ""),
         }[field.name]
     if isinstance(value, (int, float)):

@@ -365,3 +365,21 @@ def test_constraints_answer_as_in_process(vllm):
     forced = cli.lookahead("The letter was dated ", 3, 3, constraint=date, session="v")  # only a space may come first
     assert forced["forced"] == expected[3]["forced"] and forced["forced"] is not None
     assert [b["token_ids"] for b in forced["branches"]] == [b["token_ids"] for b in expected[3]["branches"]]
+
+
+def test_a_caret_answers_as_in_process_with_fit_from_the_servers_prompt_logprobs(vllm):
+    """At a caret the server is asked about the text before it (its prefix cache keeps the whole text), and each
+    branch's fit comes from the server's log-probabilities of the text after it, with and without the branch."""
+    text = "The keeper climbed the stairs and looked out over the sea, where the boats were coming home."
+    caret = text.index(" looked")
+    with in_process():
+        expected = (cli.lookahead(text, 4, 3, session="reference", caret=caret),
+                    cli.next_token_distribution(text, 10, caret=caret), cli.generate(text, 12, "greedy", caret=caret))
+    ours = cli.lookahead(text, 4, 3, session="v", caret=caret)
+    assert [b["token_ids"] for b in ours["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
+    assert [b["fit"] for b in ours["branches"]] == pytest.approx([b["fit"] for b in expected[0]["branches"]],
+                                                                 abs=TOLERANCE)
+    assert all(b["fit"] is not None for b in ours["branches"])
+    assert_same_distribution(cli.next_token_distribution(text, 10, caret=caret), expected[1])
+    assert cli.generate(text, 12, caret=caret)["token_ids"] == expected[2]["token_ids"]
+    assert all(b["fit"] is None for b in cli.lookahead(text, 4, 3, session="v", caret=len(text))["branches"])

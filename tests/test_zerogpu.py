@@ -247,6 +247,23 @@ def test_constraints_and_stops_answer_as_on_the_cpu(space):
     assert out["text"] == cli.generate("Once upon a time", 24, stop=[","])["text"]
 
 
+def test_a_caret_and_fit_answer_as_on_the_cpu(space):
+    """A caret inside the text and each branch's fit cross the pickle and equal the plain CPU engine's."""
+    url, _ = space
+    client = Client(url, verbose=False)
+    text = "The keeper climbed the stairs and looked out over the sea, where the boats were coming home."
+    caret = text.index(" looked")
+    client.predict(text, 3, 2, api_name="/lookahead")
+    remote = client.predict(text, 3, 2, caret=caret, api_name="/lookahead")
+    local = cli.lookahead(text, 3, 2, session="local zerogpu caret", caret=caret)
+    assert branch_ids(remote) == branch_ids(local)
+    assert [b["fit"] for b in remote["branches"]] == pytest.approx([b["fit"] for b in local["branches"]], abs=1e-4)
+    distribution = client.predict(text, 3, caret=caret, api_name="/next_token_distribution")
+    assert [d["token_id"] for d in distribution] == [b["token_ids"][0] for b in local["branches"]]
+    out = client.predict(text, 8, "lookahead", caret=caret, api_name="/generate")
+    assert out["text"] == cli.generate(text[:caret], 8)["text"]
+
+
 def test_attribution_answers_as_on_the_cpu(space):
     url, _ = space
     remote = Client(url, verbose=False).predict("The capital of France is", None, "saliency", api_name="/attribution")

@@ -1,0 +1,172 @@
+"""Suggestions at a caret inside the text: exactly those for the text before it, each branch's fit with the text
+after it equal to an independent transformers computation, and the session's one cache of the whole text serving
+every caret without reading the text before it again."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import custom_llm_inference as cli
+from lookahead.in_process import prefix_caches
+from reference import assert_matches_reference, reference_lookahead
+from test_chat import CONVERSATION, transformers_ids
+
+DRAFT = ("The old lighthouse keeper climbed the stairs and looked out over the sea. The storm had passed, and "
+         "the boats were coming home, one by one, past the café on the pier.")
+CARETS = {
+    "word end": DRAFT.index(" looked"),
+    "mid-word": DRAFT.index("house") + 2,
+    "after whitespace": DRAFT.index("looked"),
+    "before a multi-byte character": DRAFT.index("é"),
+    "after a multi-byte character": DRAFT.index("é") + 1,
+    "before the last word": DRAFT.index(" pier"),
+}
+
+
+@torch.inference_mode()
+def follow_logprob(model, prefix: list[int], follow: list[int]) -> float:
+    """log p(follow | prefix) from one full forward, no cache."""
+    logprobs = torch.log_softmax(model(torch.tensor([prefix + follow]), use_cache=False).logits[0].float(), -1)
+    return sum(float(logprobs[len(prefix) - 1 + j, token]) for j, token in enumerate(follow))
+
+
+def reference_fits(model, tokenizer, ids: list[int], branches: list[list[int]], after: str, n: int) -> list[float]:
+    """(log p(S | P + b) - log p(S | P)) / len(S), S the first n tokens of `after` tokenized on its own."""
+    follow = tokenizer(after, add_special_tokens=False)["input_ids"][:n]
+    base = follow_logprob(model, ids, follow)
+    return [(follow_logprob(model, ids + branch, follow) - base) / len(follow) for branch in branches]
+
+
+@pytest.mark.parametrize("where", CARETS)
+def test_suggestions_at_a_caret_are_those_for_the_text_before_it_with_fit(embedded, where):
+    model, tokenizer = embedded
+    caret = CARETS[where]
+    cli.lookahead(DRAFT, session="writer")  # the session's cache holds the whole text
+    result = cli.lookahead(DRAFT, 5, 3, session="writer", caret=caret)
+    alone = cli.lookahead(DRAFT[:caret], 5, 3, session="alone")
+    reference = reference_lookahead(model, tokenizer, DRAFT[:caret], 5, 3)
+    assert_matches_reference(result, reference, 5)
+    assert [b["text"] for b in result["branches"]] == [b["text"] for b in alone["branches"]]
+    assert result["healed_whitespace"] == alone["healed_whitespace"]
+    fits = reference_fits(model, tokenizer, reference["ids"], reference["branches"], DRAFT[caret:], 32)
+    assert [b["fit"] for b in result["branches"]] == pytest.approx(fits, abs=1e-4)
+    assert all(b["fit"] is None for b in alone["branches"]), "nothing after the caret: no fit"
+    distribution = cli.next_token_distribution(DRAFT, 10, session="writer", caret=caret)
+    assert [d["token_id"] for d in distribution] == [d["token_id"] for d in alone["distribution"][:10]]
+    assert [d["prob"] for d in distribution] == pytest.approx([d["prob"] for d in alone["distribution"][:10]],
+                                                              abs=1e-5)
+
+
+def test_fit_is_measured_on_as_many_tokens_as_asked(embedded):
+    model, tokenizer = embedded
+    caret = CARETS["word end"]
+    result = cli.lookahead(DRAFT, 3, 2, caret=caret, fit_tokens=4)
+    reference = reference_lookahead(model, tokenizer, DRAFT[:caret], 3, 2)
+    fits = reference_fits(model, tokenizer, reference["ids"], reference["branches"], DRAFT[caret:], 4)
+    assert [b["fit"] for b in result["branches"]] == pytest.approx(fits, abs=1e-4)
+    assert all(b["fit"] is None for b in cli.lookahead(DRAFT, 3, 2, caret=caret, fit_tokens=0)["branches"])
+    assert all(b["fit"] is None for b in cli.lookahead(DRAFT, 3, 2, caret=len(DRAFT))["branches"])
+
+
+def test_a_branch_that_ends_has_no_fit(embedded):
+    text = "Answer yes or no: is the sea wet? Answer:"
+    result = cli.lookahead(text + " yes, and the fish know it.", 4, 3, caret=len(text),
+                           constraint={"type": "choice", "value": [" yes", " no"], "start": len(text)})
+    assert result["branches"] and all(b["ends"] and b["fit"] is None for b in result["branches"])
+
+
+@pytest.mark.parametrize("reply", ["The answer is 4, of course.", "4"])
+def test_a_caret_in_a_chat_reply(embedded, reply):
+    model, tokenizer = embedded
+    caret = reply.index("4") if reply != "4" else 1
+    result = cli.lookahead(reply, 4, 3, messages=CONVERSATION, caret=caret)
+    reference = reference_lookahead(model, tokenizer, reply[:caret], 4, 3,
+                                    ids_for=lambda prefix: transformers_ids(tokenizer, CONVERSATION, prefix))
+    assert_matches_reference(result, reference, 4)
+    if caret < len(reply):
+        fits = reference_fits(model, tokenizer, reference["ids"], reference["branches"], reply[caret:], 32)
+        assert [b["fit"] for b in result["branches"]] == pytest.approx(fits, abs=1e-4)
+    else:
+        assert all(b["fit"] is None for b in result["branches"])
+
+
+def test_a_forced_token_before_the_caret_still_gives_distinct_branches(embedded):
+    text = "The letter was dated , and sealed."
+    caret = text.index(",")
+    date = {"type": "regex", "value": "[0-9]{4}-[0-9]{2}-[0-9]{2}", "start": caret}
+    result = cli.lookahead(text, 5, 4, caret=caret, constraint=date)
+    alone = cli.lookahead(text[:caret], 5, 4, constraint=date)
+    assert result["forced"] == alone["forced"] and result["forced"] is not None
+    assert [b["token_ids"] for b in result["branches"]] == [b["token_ids"] for b in alone["branches"]]
+    assert len({tuple(b["token_ids"]) for b in result["branches"]}) == 5
+    model, tokenizer = embedded
+    ids = tokenizer(text[:caret].rstrip())["input_ids"]
+    fits = reference_fits(model, tokenizer, ids, [b["token_ids"] for b in result["branches"]], text[caret:], 32)
+    assert [b["fit"] for b in result["branches"]] == pytest.approx(fits, abs=1e-4)
+
+
+def held(session: str) -> tuple[int, ...]:
+    """The token ids the session's cache holds."""
+    entry = prefix_caches.copy((cli.default_model_name(), session))
+    return entry.ids if entry else ()
+
+
+def test_one_cache_of_the_whole_text_serves_every_caret(embedded):
+    _, tokenizer = embedded
+    whole = tuple(tokenizer(DRAFT)["input_ids"])
+    assert cli.lookahead(DRAFT, session="w")["reused_tokens"] == 0
+    for caret in [CARETS["word end"], CARETS["mid-word"], CARETS["before the last word"], CARETS["word end"]]:
+        before = tokenizer(DRAFT[:caret])["input_ids"]
+        result = cli.lookahead(DRAFT, session="w", caret=caret)
+        shared = next((i for i, (a, b) in enumerate(zip(before, whole)) if a != b), len(before))
+        assert result["reused_tokens"] == min(shared, len(before) - 1), "no token before the caret read again"
+        assert held("w") == whole, "the text after the caret stays in the cache"
+    assert cli.lookahead(DRAFT, session="w")["reused_tokens"] == len(whole) - 1
+
+
+def test_after_an_insertion_only_what_follows_it_is_read_again_and_lazily(embedded):
+    _, tokenizer = embedded
+    caret = CARETS["word end"]
+    cli.token_probabilities(DRAFT, session="w")  # the heatmap is shown: the session scores its tokens
+    cli.lookahead(DRAFT, session="w")
+    branch = cli.lookahead(DRAFT, session="w", caret=caret)["branches"][0]
+    inserted = DRAFT[:caret] + branch["text"] + DRAFT[caret:]
+    assert inserted[caret + len(branch["text"]):] == DRAFT[caret:], "the text after the caret, byte for byte"
+    at_new_caret = cli.lookahead(inserted, session="w", caret=caret + len(branch["text"]))
+    before = tokenizer(inserted[: caret + len(branch["text"])])["input_ids"]
+    assert at_new_caret["reused_tokens"] >= len(tokenizer(DRAFT[:caret])["input_ids"]) - 1
+    assert at_new_caret["context_tokens"] == len(before)
+    assert held("w") == tuple(tokenizer(DRAFT)["input_ids"]), "the rest is not read until asked for"
+    at_end = cli.lookahead(inserted, session="w")
+    new_ids = tokenizer(inserted)["input_ids"]
+    shared = next(i for i, (a, b) in enumerate(zip(new_ids, tokenizer(DRAFT)["input_ids"])) if a != b)
+    assert at_end["reused_tokens"] in (shared - 1, shared), "read again from the first changed token"
+    heatmap = cli.token_probabilities(inserted, session="w")
+    assert heatmap["reused_tokens"] == len(new_ids), "the lookahead scored the changed tokens as it read them"
+    fresh = cli.token_probabilities(inserted, session="fresh")
+    assert [t["token_id"] for t in heatmap["tokens"]] == [t["token_id"] for t in fresh["tokens"]]
+    assert [t["prob"] for t in heatmap["tokens"][1:]] == pytest.approx([t["prob"] for t in fresh["tokens"][1:]],
+                                                                       abs=1e-4)
+
+
+@pytest.mark.parametrize("call", [cli.lookahead, cli.next_token_distribution, cli.generate])
+@pytest.mark.parametrize("caret, message", [
+    (-1, "caret must be between 0 and"), (len(DRAFT) + 1, "caret must be between 0 and"),
+    (2.5, "caret must be an integer"), ("3", "caret must be an integer"),
+    (0, "nothing comes before it"),
+])
+def test_a_caret_outside_the_text_is_a_clear_error(call, caret, message):
+    with pytest.raises(ValueError, match=message):
+        call(DRAFT, caret=caret)
+
+
+def test_a_constraint_starting_after_the_caret_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"constraint start \(20\) lies after the caret \(10\)"):
+        cli.lookahead(DRAFT, caret=10, constraint={"type": "regex", "value": "[a-z]+", "start": 20})
+
+
+def test_generate_at_a_caret_continues_the_text_before_it():
+    caret = CARETS["word end"]
+    ours, alone = cli.generate(DRAFT, 12, caret=caret), cli.generate(DRAFT[:caret], 12)
+    assert ours["token_ids"] == alone["token_ids"] and ours["text"] == alone["text"]
