@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from itertools import zip_longest
+from typing import NamedTuple
 
 import gradio as gr
 
@@ -33,7 +34,7 @@ from ui.controls import BranchShape, Constraints, Context, Controls, HeatmapView
 from ui.errors import handled, refuse
 from ui.heatmap import HEATMAP_JS, HEATMAP_TEMPLATE, MODES, Shown, heatmap_message
 from ui.ordering import SessionOrder
-from ui.render import attribution_view, branch_label, distribution_plot, tree_view
+from ui.render import attribution_view, branch_label, caret_marker, distribution_plot, first_word, tree_view
 from ui.scripts import (
     BRANCH_WHY_JS,
     CARET_JS,
@@ -43,6 +44,7 @@ from ui.scripts import (
     IMPORT_HTML,
     IMPORT_JS,
     KEYBOARD_JS,
+    PLACE_CARET_JS,
     READ_STORED_JS,
     SAVE_HISTORY_JS,
     SELECT_NODE_JS,
@@ -68,14 +70,55 @@ READ_POLL_SECONDS = 1.0
 PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 
 
-def node_settings(shown: tuple[str, dict] | None) -> dict:
-    """The settings the suggestions on screen were made with, to record in the history."""
+class Suggestions(NamedTuple):
+    """The suggestions on screen: the text they were made for, the result, and where in the text (the caret)."""
+
+    text: str
+    result: dict
+    caret: int | None  # a character offset into `text`; None: its end
+
+    @property
+    def before(self) -> str:
+        """The text before the caret: what the suggestions continue."""
+        return self.text if self.caret is None else self.text[: self.caret]
+
+    @property
+    def after(self) -> str:
+        """The text after the caret, kept as it is when a suggestion is inserted."""
+        return "" if self.caret is None else self.text[self.caret:]
+
+
+def caret_in(text: str, caret: str | None) -> int | None:
+    """The caret the page sent (a character offset, as Python counts them; "" at the end) as the API takes it:
+    None at the end of `text`, or where an edit left it past the end."""
+    if not caret:
+        return None
+    at = int(caret)
+    return at if 0 <= at < len(text) else None
+
+
+def caret_out(caret: int | None) -> str:
+    """A caret for the page's copy (caret.js places the text box's caret there)."""
+    return "" if caret is None else str(caret)
+
+
+def inserted(shown: Suggestions, piece: str, before: str | None = None) -> tuple[str, int | None]:
+    """The text with `piece` inserted at the caret the suggestions were made for (after `before`, the text up to the
+    choice they show, if that differs), and the caret after the insertion (None: still the end)."""
+    start = shown.before if before is None else before
+    caret = None if shown.caret is None else len(start + piece)
+    return start + piece + shown.after, caret
+
+
+def node_settings(shown: Suggestions | None) -> dict:
+    """The settings the suggestions on screen were made with, to record in the history (and where, at a caret)."""
     if not shown:
         return {}
-    result = shown[1]
+    result = shown.result
     return {**result["sampling"], "branch_mode": result["branch_mode"], "seed": result["seed"],
             "model": result["model"], "n_branches": len(result["branches"]),
-            "depth": len(result["branches"][0]["token_ids"]) - len(forced_ids(result))}
+            "depth": len(result["branches"][0]["token_ids"]) - len(forced_ids(result)),
+            **({"caret": shown.caret} if shown.caret is not None else {})}
 
 
 def forced_ids(result: dict) -> list[int]:
@@ -107,10 +150,11 @@ def matching_preset(sampling: SamplingSettings) -> dict:
     return {preset: next(matching, "custom")}
 
 
-def status_line(result: dict, ms: float, constraint: dict | None) -> str:
+def status_line(result: dict, ms: float, constraint: dict | None, caret: int | None = None) -> str:
     """Where the suggestions came from: the model, the device, the context and the time they took."""
     line = (
-        f"**{result['model']}** on {result['device']} · {result['context_tokens']} context tokens · "
+        ("" if caret is None else f"At the caret (character {caret}) · ")
+        + f"**{result['model']}** on {result['device']} · {result['context_tokens']} context tokens · "
         f"{result['reused_tokens']} reused · {ms:.0f} ms · branches {result['branch_mode']}"
         + (f" (seed {result['seed']})" if result["branch_mode"] == "sample" else "")
     )
@@ -137,38 +181,50 @@ def history_shown(history: History) -> dict:
     return {history_state: history, tree: tree_view(history), history_sync: history_changes(history)}
 
 
+def ordered_by_fit(branches: list[dict]) -> list[dict]:
+    """The branches, those that lead best into the text after the caret first (those without a fit last)."""
+    return sorted(branches, key=lambda b: -math.inf if b["fit"] is None else b["fit"], reverse=True)
+
+
 def suggest(
-    text: str, history: History, shape: BranchShape, sampling: SamplingSettings, view: HeatmapView, context: Context,
-    constraints: Constraints, request: gr.Request,
+    text: str, caret: str | None, history: History, shape: BranchShape, sampling: SamplingSettings,
+    view: HeatmapView, context: Context, constraints: Constraints, request: gr.Request,
 ) -> dict:
-    """Recompute everything for `text`: branches, plot, status, heatmap. A typing pause becomes a history node.
+    """Recompute everything for `text` at the caret: branches, plot, status, heatmap. A typing pause becomes a
+    history node.
 
     In chat mode `text` is the assistant's reply, after the conversation. What changed in the tree
     goes to the browser's copy each time, so a reload keeps it.
     """
     history.add(text, "type")
     messages = context.messages
+    at = caret_in(text, caret)
     if (not text and messages is None) or awaiting_user(context.chat_mode, text, context.conversation):
         waiting = ("Write the user's message below to continue the conversation." if messages is not None
                    else "Type something to see where the model could go next.")
         return {shown_state: None, **branch_choices([]), plot: "", status: waiting, **history_shown(history),
-                heatmap: "", heatmap_state: None, read_timer: gr.Timer(active=False)}
+                heatmap: "", heatmap_state: None, read_timer: gr.Timer(active=False), marker: ""}
     if sampling.seed is None:
         raise refuse("Give a seed (a whole number, 0 or more).")
+    if at == 0 and messages is None:
+        at = None  # nothing before the caret to continue: suggestions for the end instead
     start = time.perf_counter()
     result = cli.lookahead(
         text, int(shape.n_branches), int(shape.depth), sampling.temperature, sampling.top_k, sampling.top_p,
         sampling.repetition_penalty, sampling.branch_mode, sampling.seed, session=session_key(request),
         model_name=context.model_name, messages=messages, precompute=PRECOMPUTE,
         presence_penalty=sampling.presence_penalty, frequency_penalty=sampling.frequency_penalty,
-        constraint=constraints.for_text(text), stop=constraints.stop_strings,
+        constraint=constraints.for_text(text if at is None else text[:at]), stop=constraints.stop_strings,
+        caret=at,
     )
     ms = 1000 * (time.perf_counter() - start)
+    if shape.by_fit:
+        result = {**result, "branches": ordered_by_fit(result["branches"])}
     # After the branches, whose pass scored the text; a long text's colours come once it is read.
     heat = {} if result["partial"] else show_heatmap(text, view, context, request, rescore=True)
-    return {shown_state: (text, result), **branch_choices(result["branches"]),
+    return {shown_state: Suggestions(text, result, at), **branch_choices(result["branches"]),
             plot: distribution_plot(result["distribution"], forced_text(result)),
-            status: status_line(result, ms, constraints.constraint),
+            status: status_line(result, ms, constraints.constraint, at), marker: caret_marker(text, at),
             read_timer: gr.Timer(active=bool(result["partial"])), **history_shown(history), **heat}
 
 
@@ -201,9 +257,9 @@ def heatmap_tokens(text: str, heatmap_shown: Shown | None) -> list[dict]:
     return heatmap_shown.result["tokens"]
 
 
-def edited(history: History) -> dict:
-    """The text box and the history, after an edit recorded in the history."""
-    return {text_box: history.text, history_state: history}
+def edited(history: History, caret: int | None = None) -> dict:
+    """The text box, its caret and the history, after an edit recorded in the history."""
+    return {text_box: history.text, caret_sync: caret_out(caret), history_state: history}
 
 
 def rewind(text: str, heatmap_shown: Shown | None, history: History, event: gr.EventData) -> dict:
@@ -231,46 +287,67 @@ def resend_history(history: History) -> dict:
     return {history_sync: history_changes(history, whole=True)}
 
 
-def shown_for(text: str, shown: tuple[str, dict] | None) -> dict:
-    """The result on screen, if it was computed for `text` (a click racing an edit is refused)."""
-    if not shown or shown[0] != text:
+def shown_for(text: str, shown: Suggestions | None) -> Suggestions:
+    """The suggestions on screen, if they were computed for `text` (a click racing an edit is refused)."""
+    if not shown or shown.text != text:
         raise refuse("The suggestions are being refreshed for your edit; try again in a moment.")
-    return shown[1]
+    return shown
 
 
-def take_branch(index: int, text: str, shown: tuple[str, dict] | None, history: History) -> tuple[str, History]:
-    """The text with branch `index` appended, exactly as the engine spelled it."""
-    result = shown_for(text, shown)
+def take_branch(
+    index: int, text: str, shown: Suggestions | None, history: History, word: bool = False
+) -> tuple[str, int | None, History]:
+    """The text with branch `index` inserted at the caret, exactly as the engine spelled it (with `word`, only its
+    first word), and the caret after it."""
+    result = shown_for(text, shown).result
     if index >= len(result["branches"]):
         raise refuse("That branch is no longer shown.")
     branch = result["branches"][index]
-    history.add(text + branch["text"], "branch", branch["token_ids"], node_settings(shown))
-    if branch.get("ends"):
+    piece = first_word(branch["text"]) if word else branch["text"]
+    whole = piece == branch["text"]
+    new_text, caret = inserted(shown, piece)
+    history.add(new_text, "branch" if whole else "word", branch["token_ids"] if whole else [], node_settings(shown))
+    if whole and branch.get("ends"):
         gr.Info("The model would end here (the branch reached its end-of-sequence token).")
-    elif branch.get("stop"):
+    elif whole and branch.get("stop"):
         gr.Info(f"The branch stopped at the stop string {branch['stop']!r} (left out of the text).")
-    return history.text, history
+    return history.text, caret, history
 
 
 def take_branch_and_suggest(
-    index: int, text: str, shown: tuple[str, dict] | None, history: History, shape: BranchShape,
+    index: int, text: str, shown: Suggestions | None, history: History, shape: BranchShape,
     sampling: SamplingSettings, view: HeatmapView, context: Context, constraints: Constraints, request: gr.Request,
+    word: bool = False,
 ) -> dict:
-    """A click: the branch appended and the new suggestions, in one event (they were precomputed while the
-    writer read, so this is usually instant). In chat mode a branch that ends the reply sends it as a turn."""
-    text, history = take_branch(index, text, shown, history)
+    """A click: the branch inserted at the caret and the new suggestions, in one event (at the end of the text they
+    were precomputed while the writer read, so this is usually instant). `word`: the first branch's next word
+    only. In chat mode a branch that ends the reply sends it as a turn."""
+    text, caret, history = take_branch(index, text, shown, history, word)
     conversation = context.conversation
     replying = context.chat_mode == "chat" and conversation and conversation[-1]["role"] == "user"
-    turn = (send_reply(text, conversation, history) if replying and shown[1]["branches"][index].get("ends")
-            else {text_box: text, conversation_state: conversation, conversation_view: conversation})
+    ends = shown.result["branches"][index].get("ends") and not word and shown.caret is None
+    turn = (send_reply(text, conversation, history) if replying and ends
+            else {text_box: text, caret_sync: caret_out(caret), conversation_state: conversation,
+                  conversation_view: conversation})
     context = replace(context, conversation=turn[conversation_state])
-    return {**turn, **suggest(turn[text_box], history, shape, sampling, view, context, constraints, request)}
+    return {**turn, **suggest(turn[text_box], turn.get(caret_sync, ""), history, shape, sampling, view, context,
+                              constraints, request)}
+
+
+def take_word_and_suggest(
+    text: str, shown: Suggestions | None, history: History, shape: BranchShape, sampling: SamplingSettings,
+    view: HeatmapView, context: Context, constraints: Constraints, request: gr.Request,
+) -> dict:
+    """Alt+W: the first branch's next word only, inserted at the caret, and the new suggestions."""
+    return take_branch_and_suggest(0, text, shown, history, shape, sampling, view, context, constraints, request,
+                                   word=True)
 
 
 def took_turn(conversation: list[dict], history: History) -> dict:
     """A turn sent: recorded in the history, the box emptied for the next one."""
     history.add("", "turn", [], {"messages": conversation})
-    return {text_box: "", conversation_state: conversation, conversation_view: conversation, history_state: history}
+    return {text_box: "", caret_sync: "", conversation_state: conversation, conversation_view: conversation,
+            history_state: history}
 
 
 def send_user_message(text: str, message: str, conversation: list[dict], history: History) -> dict:
@@ -294,13 +371,13 @@ def switch_mode(mode: str, text: str, conversation: list[dict] | None, history: 
         gr.Info("Chat: your text is now the user's first message, and the box holds the assistant's reply. "
                 "Undo brings your text back.")
         box["value"] = ""  # ... unless it moved into the conversation
-    return {chat_panel: gr.update(visible=mode == "chat"), text_box: box, conversation_state: opened,
+    return {chat_panel: gr.update(visible=mode == "chat"), text_box: box, caret_sync: "", conversation_state: opened,
             conversation_view: opened, history_state: history}
 
 
-def force_token(text: str, shown: tuple[str, dict] | None, history: History, event: gr.EventData) -> dict:
-    """Append the token clicked in the plot, whatever its probability."""
-    result = shown_for(text, shown)
+def force_token(text: str, shown: Suggestions | None, history: History, event: gr.EventData) -> dict:
+    """Insert the token clicked in the plot at the caret, whatever its probability."""
+    result = shown_for(text, shown).result
     entry = next((d for d in result["distribution"] if d["token_id"] == event.token_id), None)
     if entry is None:
         raise refuse("That token is no longer shown.")
@@ -308,33 +385,35 @@ def force_token(text: str, shown: tuple[str, dict] | None, history: History, eve
         raise refuse("That token is part of a character split over several tokens; take a branch instead.")
     if not entry.get("valid", True):
         raise refuse("The constraint does not allow that token (✗); turn the constraint off to write it.")
-    history.add(before_choice(text, result) + entry["token"], "token", [*forced_ids(result), entry["token_id"]],
-                node_settings(shown))
-    return edited(history)
+    new_text, caret = inserted(shown, entry["token"], before_choice(shown.before, result))
+    history.add(new_text, "token", [*forced_ids(result), entry["token_id"]], node_settings(shown))
+    return edited(history, caret)
 
 
 def explain_token(
-    text: str, shown: tuple[str, dict] | None, method: str, context: Context, request: gr.Request,
+    text: str, shown: Suggestions | None, method: str, context: Context, request: gr.Request,
     event: gr.EventData, progress=gr.Progress(),
 ) -> dict:
-    """"why?" beside a token in the plot: what in the text drives the model towards it."""
-    result = shown_for(text, shown)
-    entry = next((d for d in result["distribution"] if d["token_id"] == event.token_id), None)
+    """"why?" beside a token in the plot: what in the text (before the caret) drives the model towards it."""
+    shown = shown_for(text, shown)
+    entry = next((d for d in shown.result["distribution"] if d["token_id"] == event.token_id), None)
     if entry is None:
         raise refuse("That token is no longer shown.")
-    return explain(next_token_question(text, result, entry["token_id"], context), method, request, progress)
+    return explain(next_token_question(shown.before, shown.result, entry["token_id"], context), method, request,
+                   progress)
 
 
 def explain_branch(
-    index: int, text: str, shown: tuple[str, dict] | None, method: str, context: Context, request: gr.Request,
+    index: int, text: str, shown: Suggestions | None, method: str, context: Context, request: gr.Request,
     progress=gr.Progress(),
 ) -> dict:
-    """"why?" on a branch: what in the text drives the model towards the branch's first token."""
-    result = shown_for(text, shown)
+    """"why?" on a branch: what in the text (before the caret) drives the model towards the branch's first token."""
+    shown = shown_for(text, shown)
+    result = shown.result
     if index is None or not 0 <= int(index) < len(result["branches"]):
         raise refuse("That branch is no longer shown.")
     first = result["branches"][int(index)]["token_ids"][len(forced_ids(result))]
-    return explain(next_token_question(text, result, first, context), method, request, progress)
+    return explain(next_token_question(shown.before, result, first, context), method, request, progress)
 
 
 def explain_heatmap_token(
@@ -401,11 +480,14 @@ def leave(request: gr.Request) -> None:
     cli.cancel(session_key(request))
 
 
-def append_text(text: str, extra: str, shown: tuple[str, dict] | None, history: History) -> dict:
+def append_text(text: str, caret: str | None, extra: str, shown: Suggestions | None, history: History) -> dict:
+    """Insert the text typed beside Append at the caret (at the end, without one), as it is."""
     if not extra:
         raise refuse("Type the text to append first.")
-    history.add(text + extra, "append", [], node_settings(shown if shown and shown[0] == text else None))
-    return {**edited(history), extra_box: ""}
+    at = caret_in(text, caret)
+    new_text, at = inserted(Suggestions(text, {}, at), extra)
+    history.add(new_text, "append", [], node_settings(shown if shown and shown.text == text else None))
+    return {**edited(history, at), extra_box: ""}
 
 
 def move(history: History, step: str) -> dict:
@@ -424,8 +506,8 @@ def select_node(history: History, event: gr.EventData) -> dict:
 def at_node(history: History) -> dict:
     """The text box, the conversation (state and view) and the tree, as at the history's current node."""
     conversation = history.conversation()
-    return {text_box: history.text, conversation_state: conversation, conversation_view: conversation,
-            history_state: history}
+    return {text_box: history.text, caret_sync: "", conversation_state: conversation,
+            conversation_view: conversation, history_state: history}
 
 
 def clear(history: History) -> dict:
@@ -463,25 +545,31 @@ def restore(stored: str | None, history: History) -> dict:
 
 
 def continue_text(
-    text: str, n_tokens: int, lossless: bool, history: History, context: Context, constraints: Constraints,
-    request: gr.Request,
+    text: str, caret: str | None, n_tokens: int, lossless: bool, history: History, context: Context,
+    constraints: Constraints, request: gr.Request,
 ) -> Iterator[dict]:
-    """Stream a greedy continuation into the text (in chat mode, the reply), then show which tokens came from
-    accepted drafts."""
+    """Stream a greedy continuation into the text (in chat mode, the reply) at the caret, then show which tokens
+    came from accepted drafts."""
     messages = context.messages
+    at = caret_in(text, caret)
+    if at == 0 and messages is None:
+        at = None
     if awaiting_user(context.chat_mode, text, context.conversation) or (not text and messages is None):
         raise refuse("Write the user's message first." if messages is not None else "Type something to continue.")
     if n_tokens is None:
         raise refuse("Say how many tokens to continue by.")
     result = None
     method = "lookahead" if lossless else "greedy"
+    where = Suggestions(text, {}, at)
     results = cli.generate_stream(text, int(n_tokens), method, session=session_key(request), messages=messages,
-                                  model_name=context.model_name, constraint=constraints.for_text(text),
-                                  stop=constraints.stop_strings)
+                                  model_name=context.model_name, constraint=constraints.for_text(where.before),
+                                  stop=constraints.stop_strings, caret=at)
     for result in results:
-        yield {text_box: text + result["text"], continuation_status: f"{len(result['token_ids'])} tokens…",
+        yield {text_box: inserted(where, result["text"])[0], continuation_status: f"{len(result['token_ids'])} tokens…",
                history_state: history}
-    history.add(text + result["text"], "continue", result["token_ids"], {"method": result["method"]})
+    new_text, at = inserted(where, result["text"])
+    history.add(new_text, "continue", result["token_ids"],
+                {"method": result["method"], **({"caret": where.caret} if where.caret is not None else {})})
     pieces = [(piece, SOURCE_LABELS[source]) for piece, source in
               zip(result["token_texts"], result["draft_source_per_token"])]
     n, passes = len(result["token_ids"]), result["forward_passes"]
@@ -492,7 +580,7 @@ def continue_text(
         + (" · stopped early to stay within the GPU time it asked for" if result["stopped_for_time"] else "")
         + (f" · stopped at {result['stop']!r}" if result["stop"] else "")
     )
-    yield {text_box: history.text, continuation: gr.update(value=pieces, visible=True),
+    yield {text_box: history.text, caret_sync: caret_out(at), continuation: gr.update(value=pieces, visible=True),
            continuation_status: summary, history_state: history}
 
 
@@ -574,7 +662,8 @@ def api_lookahead(
     text: str, n_branches: int = 5, depth: int = 3, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
     repetition_penalty: float = 1.0, branch_mode: str = "greedy", seed: int = 0, messages: list[dict] | None = None,
     model_name: str | None = None, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-    constraint: dict | None = None, stop: list[str] | None = None, request: gr.Request = None,
+    constraint: dict | None = None, stop: list[str] | None = None, fit_tokens: int = 32, caret: int | None = None,
+    request: gr.Request = None,
 ) -> dict:
     """Where a language model could go next after a text: its likeliest next tokens, each continued a few tokens.
 
@@ -594,9 +683,12 @@ def api_lookahead(
         frequency_penalty: OpenAI's frequency penalty over the context (-2 to 2; 0 is off).
         constraint: {"type": "choice"|"regex"|"json_schema"|"grammar", "value": ..., "start": offset in text or null}.
         stop: Up to 8 stop strings; a branch ends where it completes one, its text cut before it.
+        fit_tokens: How many tokens after the caret each branch's fit is measured on (0-256; 0 is off).
+        caret: Suggest at this character offset into text instead of its end (null: the end); branches insert there.
 
     Returns:
-        An object: "branches" (each "text" to append, "prob", "p_final", "token_ids", "ends", "stop"),
+        An object: "branches" (each "text" to insert, "prob", "p_final", "token_ids", "ends", "stop", "fit": how
+        much likelier per token the text after the caret becomes with the branch inserted, or null),
         "distribution" (the next tokens: "token", "prob", "p_final", "kept", "valid"), token counts and settings.
     """
     with caller_session(request) as session:
@@ -605,6 +697,7 @@ def api_lookahead(
             session=session, partial=not from_mcp(request),  # an MCP call's session ends with it: no read to follow
             messages=messages, model_name=cli.offered_model_name(model_name),
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, constraint=constraint, stop=stop,
+            fit_tokens=fit_tokens, caret=caret,
         ), request)
 
 
@@ -633,7 +726,7 @@ def api_token_probabilities(
 def api_generate(
     text: str, max_new_tokens: int = 64, method: str = "lookahead", messages: list[dict] | None = None,
     model_name: str | None = None, constraint: dict | None = None, stop: list[str] | None = None,
-    request: gr.Request = None,
+    caret: int | None = None, request: gr.Request = None,
 ) -> Iterator[dict]:
     """Continue a text greedily (the model's likeliest token each step), streaming the growing result.
 
@@ -645,6 +738,7 @@ def api_generate(
         model_name: One of the models the app offers; empty for the default.
         constraint: {"type": "choice"|"regex"|"json_schema"|"grammar", "value": ..., "start": offset in text or null}.
         stop: Up to 8 stop strings; the continuation ends where it completes one, cut before it.
+        caret: Continue the text before this character offset instead of the whole text (null: the end).
 
     Returns:
         An object: "text" (the continuation alone), "token_ids", "forward_passes", "tokens_per_pass", "seconds",
@@ -653,7 +747,7 @@ def api_generate(
     with caller_session(request) as session:
         for result in cli.generate_stream(text, max_new_tokens, method, session=session, messages=messages,
                                           model_name=cli.offered_model_name(model_name), constraint=constraint,
-                                          stop=stop):
+                                          stop=stop, caret=caret):
             yield reply(result, request)
 
 
@@ -661,7 +755,7 @@ def api_next_token_distribution(
     text: str, k: int = 10, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
     repetition_penalty: float = 1.0, messages: list[dict] | None = None, model_name: str | None = None,
     presence_penalty: float = 0.0, frequency_penalty: float = 0.0, constraint: dict | None = None,
-    request: gr.Request = None,
+    caret: int | None = None, request: gr.Request = None,
 ) -> list:
     """The next-token distribution after a text: the k likeliest tokens, before and after the sampling settings.
 
@@ -677,6 +771,7 @@ def api_next_token_distribution(
         presence_penalty: OpenAI's presence penalty over the context (-2 to 2; 0 is off).
         frequency_penalty: OpenAI's frequency penalty over the context (-2 to 2; 0 is off).
         constraint: {"type": "choice"|"regex"|"json_schema"|"grammar", "value": ..., "start": offset in text or null}.
+        caret: The next tokens at this character offset into text instead of its end (null: the end).
 
     Returns:
         A list of tokens, likeliest first by p_final: "token", "token_id", "prob" (the plain softmax), "logprob",
@@ -686,7 +781,7 @@ def api_next_token_distribution(
         return reply(cli.next_token_distribution(
             text, k, temperature, top_k, top_p, repetition_penalty, session=session, messages=messages,
             model_name=cli.offered_model_name(model_name), presence_penalty=presence_penalty,
-            frequency_penalty=frequency_penalty, constraint=constraint,
+            frequency_penalty=frequency_penalty, constraint=constraint, caret=caret,
         ), request)
 
 
@@ -719,10 +814,11 @@ def api_attribution(
 
 with gr.Blocks(title="Interactive Lookahead") as demo:
     gr.Markdown(
-        "## Interactive Lookahead\nWrite, and see where the model could go next. Click a branch (or "
-        "press **Alt+1…9**) or any token in the plot to append it; **Ctrl+Enter** refreshes."
+        "## Interactive Lookahead\nWrite, and see where the model could go next, at the end of your text or "
+        "wherever you put the caret. Click a branch (or press **Alt+1…9**) or any token in the plot to insert it; "
+        "**Alt+W** takes the first branch's next word only; **Ctrl+Enter** refreshes."
     )
-    shown_state = gr.State(None)  # (text, lookahead result) behind the buttons on screen
+    shown_state = gr.State(None)  # the Suggestions behind the buttons on screen
     heatmap_state = gr.State(None)  # what the page's heatmap shows (ui/heatmap.py's Shown)
     conversation_state = gr.State([])  # chat mode: the turns so far, as {"role", "content"}
     history_state = gr.State(History.start(DEFAULT_TEXT, cli.default_model_name()))
@@ -743,6 +839,9 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                     send_reply_button = gr.Button("Send the reply", elem_id="send-reply", size="sm", scale=1,
                                                   min_width=120)
             text_box = gr.Textbox(label="Your text", lines=8, max_lines=30, elem_id="text", value=DEFAULT_TEXT)
+            # Where in the text the suggestions are for (keyboard.js keeps it; "" at the end), and where they go.
+            caret_sync = gr.Textbox(visible="hidden", elem_id="caret-sync")
+            marker = gr.HTML(elem_id="caret-marker-view")
             with gr.Row(equal_height=True):
                 branch_buttons = [
                     gr.Button(visible=False, elem_id=f"branch-{i}", elem_classes="branch-btn", size="sm",
@@ -752,12 +851,15 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
             with gr.Row():
                 refresh_button = gr.Button("Refresh (Ctrl+Enter)", elem_id="refresh", size="sm")
                 text_edited = gr.Button(elem_id="text-edited")  # hidden: pressed by KEYBOARD_JS on every edit
+                caret_moved = gr.Button(elem_id="caret-moved")  # hidden: pressed by KEYBOARD_JS when the caret moves
+                take_word = gr.Button(elem_id="take-word")  # hidden: pressed by KEYBOARD_JS on Alt+W
                 history_resync = gr.Button(elem_id="history-resync")  # hidden: pressed by SAVE_HISTORY_JS
                 undo_button = gr.Button("Undo", elem_id="undo", size="sm")
                 redo_button = gr.Button("Redo", elem_id="redo", size="sm")
                 clear_button = gr.Button("Clear", elem_id="clear", size="sm")
             with gr.Row(equal_height=True):
-                extra_box = gr.Textbox(show_label=False, placeholder="Text to append as is…", elem_id="extra", scale=4)
+                extra_box = gr.Textbox(show_label=False, placeholder="Text to insert at the caret as is…",
+                                       elem_id="extra", scale=4)
                 append_button = gr.Button("Append", elem_id="append", size="sm", scale=1, min_width=90)
             status = gr.Markdown(elem_id="status")
             read_timer = gr.Timer(READ_POLL_SECONDS, active=False)  # on while the suggestions shown are partial
@@ -821,6 +923,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 with gr.Row():
                     n_branches = gr.Slider(1, MAX_BUTTONS, value=5, step=1, label="Branches")
                     depth = gr.Slider(1, 8, value=3, step=1, label="Depth (tokens per branch)")
+                by_fit = gr.Checkbox(False, label="At a caret, order branches by how well they lead into the text "
+                                     "after it (fit)", elem_id="by-fit")
             with gr.Accordion("Constrain", open=False, elem_id="constrain-panel"):
                 constraint_preset = gr.Dropdown(list(CONSTRAINT_PRESETS), value=None, label="Preset",
                                                 elem_id="constraint-preset")
@@ -836,7 +940,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     constraint_state = gr.State(None)  # the constraint in force, as the API takes it (ui/constrain.py)
 
     # The controls that handlers take as one value each (ui/controls.py).
-    shape_controls = Controls(BranchShape, n_branches=n_branches, depth=depth)
+    shape_controls = Controls(BranchShape, n_branches=n_branches, depth=depth, by_fit=by_fit)
     sampling_controls = Controls(
         SamplingSettings, temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
         presence_penalty=presence_penalty, frequency_penalty=frequency_penalty, branch_mode=branch_mode, seed=seed,
@@ -881,18 +985,21 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
 
     settings = dict(shape=shape_controls, sampling=sampling_controls, view=heatmap_controls, context=context_controls,
                     constraints=constraint_controls)
-    suggestion_outputs = {shown_state, *branch_buttons, plot, status, heatmap, heatmap_state, history_state, tree,
-                          history_sync, read_timer}
+    suggestion_outputs = {shown_state, *branch_buttons, plot, status, marker, heatmap, heatmap_state, history_state,
+                          tree, history_sync, read_timer}
     # A refresh asked while the session's Continue writes is skipped: the Continue refreshes when it ends.
-    suggestion = handler(suggest, dict(text=text_box, history=history_state, **settings), suggestion_outputs,
-                         while_continuing=gr.skip)
-    at_node_outputs = {text_box, conversation_state, conversation_view, history_state}
-    edit_outputs = {text_box, history_state}
+    suggestion = handler(suggest, dict(text=text_box, caret=caret_sync, history=history_state, **settings),
+                         suggestion_outputs, while_continuing=gr.skip)
+    at_node_outputs = {text_box, caret_sync, conversation_state, conversation_view, history_state}
+    edit_outputs = {text_box, caret_sync, history_state}
     why_outputs = WHY_VIEW
 
     # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
     text_edited.click(trigger_mode="always_last", **suggestion)
-    gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit], **suggestion)
+    caret_moved.click(trigger_mode="always_last", **suggestion)
+    # an insertion moved the caret past it: the text box shows it there
+    caret_sync.change(None, caret_sync, None, js=PLACE_CARET_JS)
+    gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit, by_fit.input], **suggestion)
     # While a long text is read: the progress, then the exact suggestions, without greying the page every second.
     read_timer.tick(show_progress="hidden", **suggestion)
     demo.load(js=READ_STORED_JS, **handler(restore, dict(stored=history_sync, history=history_state),
@@ -905,12 +1012,16 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
          frequency_penalty.release, branch_mode.input],
         **handler(matching_preset, dict(sampling=sampling_controls), {preset}),
     ).then(**suggestion)
+    taking_outputs = {text_box, caret_sync, conversation_state, conversation_view, *suggestion_outputs}
     for i, button in enumerate(branch_buttons):
         button.click(**handler(
             take_branch_and_suggest,
             dict(index=gr.State(i), text=text_box, shown=shown_state, history=history_state, **settings),
-            {text_box, conversation_state, conversation_view, *suggestion_outputs},
+            taking_outputs,
         ))
+    take_word.click(**handler(take_word_and_suggest,
+                              dict(text=text_box, shown=shown_state, history=history_state, **settings),
+                              taking_outputs))
     heatmap_inputs = dict(text=text_box, view=heatmap_controls, context=context_controls)
     gr.on([heatmap_on.input, heatmap_mode.input, threshold.release],
           **handler(show_heatmap, heatmap_inputs, {heatmap, heatmap_state}))
@@ -932,7 +1043,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     why_stop.click(handled(stop_explaining), None, None, queue=False, api_visibility="private")
     demo.unload(leave)
     gr.on([append_button.click, extra_box.submit],
-          **handler(append_text, dict(text=text_box, extra=extra_box, shown=shown_state, history=history_state),
+          **handler(append_text, dict(text=text_box, caret=caret_sync, extra=extra_box, shown=shown_state,
+                                      history=history_state),
                     {*edit_outputs, extra_box})).success(**suggestion)
     undo_button.click(**handler(move, dict(history=history_state, step=gr.State("undo")),
                                 at_node_outputs)).success(**suggestion)
@@ -954,9 +1066,9 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     gr.on([system_prompt.blur, model_choice.input], **suggestion)
     continue_button.click(**handler(
         continue_text,
-        dict(text=text_box, n_tokens=n_tokens, lossless=lossless, history=history_state, context=context_controls,
-             constraints=constraint_controls),
-        {text_box, continuation, continuation_status, history_state}, concurrency_id="generate",
+        dict(text=text_box, caret=caret_sync, n_tokens=n_tokens, lossless=lossless, history=history_state,
+             context=context_controls, constraints=constraint_controls),
+        {text_box, caret_sync, continuation, continuation_status, history_state}, concurrency_id="generate",
     )).success(**suggestion)
 
     constraint_preset.input(**handler(fill_constraint, dict(name=constraint_preset),

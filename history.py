@@ -27,7 +27,7 @@ FORMAT = "interactive-lookahead-history"
 VERSION = 2
 READS = (1, 2)
 SYNC_VERSION = 1  # of the messages `changes` writes; the page's script asks for the whole tree on another
-KINDS = ("start", "type", "branch", "token", "append", "continue", "clear", "rewind", "turn")
+KINDS = ("start", "type", "branch", "word", "token", "append", "continue", "clear", "rewind", "turn")
 PAUSE_SECONDS = 2.0  # typing within this long of the last keystroke edits the same node
 
 

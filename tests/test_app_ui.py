@@ -7,7 +7,11 @@ import gradio as gr
 import pytest
 
 from app import (
+    Suggestions,
+    append_text,
     apply_preset,
+    caret_in,
+    caret_sync,
     chat_panel,
     conversation_state,
     conversation_view,
@@ -16,6 +20,7 @@ from app import (
     import_history,
     matching_preset,
     move,
+    ordered_by_fit,
     preset,
     restore,
     sampling_controls,
@@ -30,7 +35,7 @@ from history import History
 from ui.chat import awaiting_user, messages_for, with_user_message
 from ui.controls import SamplingSettings
 from ui.errors import handled
-from ui.render import branch_label, distribution_plot, tree_view, visible
+from ui.render import branch_label, caret_marker, distribution_plot, first_word, tree_view, visible
 
 AT_NODE = (text_box, conversation_state, conversation_view, history_state)
 
@@ -75,7 +80,7 @@ def test_plot_says_what_a_constraint_writes_before_the_choice_it_shows():
     assert "writes" not in distribution_plot([entry(1, " France", 0.5)])
 
 
-def shown(text: str, **extra) -> tuple[str, dict]:
+def shown(text: str, caret: int | None = None, **extra) -> Suggestions:
     result = {
         "branches": [{"text": " sat", "token_ids": [1, 2], "prob": 0.5},
                      {"text": " ran", "token_ids": [3], "prob": 0.2}],
@@ -84,12 +89,13 @@ def shown(text: str, **extra) -> tuple[str, dict]:
         "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0},
         "branch_mode": "greedy", "seed": 0, "healed_whitespace": "", "model": "m",
     }
-    return text, {**result, **extra}
+    return Suggestions(text, {**result, **extra}, caret)
 
 
 def test_a_branch_is_appended_only_to_the_text_it_was_computed_for():
     h = History.start("The cat", "m")
-    text, h = take_branch(1, "The cat", shown("The cat"), h)
+    text, caret, h = take_branch(1, "The cat", shown("The cat"), h)
+    assert caret is None, "at the end, the caret stays at the end"
     assert text == "The cat ran" and h.nodes[-1].token_ids == [3] and h.nodes[-1].settings["branch_mode"] == "greedy"
     assert h.nodes[-1].settings["model"] == "m", "each node records the model"
     for args in [(0, "The cat was", shown("The cat")), (5, "The cat", shown("The cat")), (0, "The cat", None)]:
@@ -112,6 +118,42 @@ def test_forcing_appends_the_clicked_token_and_refuses_broken_characters():
     h = History.start("The cat ", "m")
     text, h = at(force_token("The cat ", forced, h, SimpleNamespace(token_id=7)), text_box, history_state)
     assert text == "The cat sat, dog" and h.nodes[-1].token_ids == [5, 6, 7]
+
+
+DRAFT = "The cat 🐈 slept. Then it woke."
+
+
+def test_suggestions_are_inserted_at_the_caret_and_undo_restores_the_text_exactly():
+    caret = DRAFT.index(" slept")
+    h = History.start(DRAFT, "m")
+    text, new_caret, h = take_branch(1, DRAFT, shown(DRAFT, caret), h)
+    assert text == "The cat 🐈 ran slept. Then it woke." and new_caret == caret + len(" ran")
+    assert text[new_caret:] == DRAFT[caret:], "the text after the caret is kept, byte for byte"
+    assert h.nodes[-1].kind == "branch" and h.nodes[-1].settings["caret"] == caret
+    # a word only, a plot token, and text typed beside Append go in at the caret too
+    text, new_caret, h = take_branch(0, DRAFT, shown(DRAFT, caret), History.start(DRAFT, "m"), word=True)
+    assert (text, new_caret) == ("The cat 🐈 sat slept. Then it woke.", caret + 4)
+    update = force_token(DRAFT, shown(DRAFT, caret), History.start(DRAFT, "m"), SimpleNamespace(token_id=7))
+    assert at(update, text_box, caret_sync) == ("The cat 🐈 dog slept. Then it woke.", str(caret + 4))
+    healed = shown(DRAFT, caret + 1, healed_whitespace=" ")
+    update = force_token(DRAFT, healed, History.start(DRAFT, "m"), SimpleNamespace(token_id=7))
+    assert at(update, text_box, caret_sync) == ("The cat 🐈 dogslept. Then it woke.", str(caret + 4))
+    h = History.start(DRAFT, "m")
+    update = append_text(DRAFT, str(caret), "!", None, h)
+    assert at(update, text_box, caret_sync) == ("The cat 🐈! slept. Then it woke.", str(caret + 1))
+    assert at(move(h, "undo"), text_box, caret_sync) == (DRAFT, ""), "undo: the text exactly, the caret at the end"
+    assert at(move(h, "redo"), text_box)[0] == "The cat 🐈! slept. Then it woke."
+
+
+def test_the_caret_the_page_sends():
+    assert [caret_in(DRAFT, c) for c in ("", None, "0", "9", str(len(DRAFT)), "999")] == [None, None, 0, 9, None, None]
+    assert first_word(" stepped into the") == " stepped" and first_word("house, and") == "house"
+    assert first_word(", and then") == "," and first_word("  ") == "  "
+    marker = caret_marker(DRAFT, DRAFT.index(" slept"))
+    assert "The cat 🐈<mark" in marker and "▌</mark> slept. Then it woke." in marker and caret_marker(DRAFT, None) == ""
+    branches = [{"text": "a", "fit": -0.5}, {"text": "b", "fit": None}, {"text": "c", "fit": 0.25}]
+    assert [b["text"] for b in ordered_by_fit(branches)] == ["c", "a", "b"]
+    assert branch_label({"text": " sat", "prob": 0.5, "fit": 0.123}).endswith("fit +0.12")
 
 
 def test_undo_and_redo_walk_the_tree_and_say_when_there_is_nowhere_to_go():

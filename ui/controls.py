@@ -28,6 +28,7 @@ class BranchShape:
 
     n_branches: int
     depth: int
+    by_fit: bool = False  # order them by how well they lead into the text after the caret
 
 
 @dataclass(frozen=True)

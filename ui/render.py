@@ -7,6 +7,7 @@ the page's CSS classes), so app.py stays the layout and the wiring.
 from __future__ import annotations
 
 import html
+import re
 
 from history import History
 from lookahead.results import DISTRIBUTION_ROWS, REFUSED_ROWS
@@ -124,9 +125,35 @@ STOP_MARK = "✂"  # a branch cut at a stop string
 
 
 def branch_label(branch: dict) -> str:
+    """A branch button's label: its text, whether it ends, its first token's p_final, and at a caret with text after
+    it, its fit (how much likelier per token, in nats, that text becomes with the branch inserted)."""
     p_final = branch.get("p_final", branch["prob"])
     end = END_MARK if branch.get("ends") else STOP_MARK if branch.get("stop") else ""
-    return f"{visible(branch['text'])}{end}  ·  " + (f"{100 * p_final:.0f}%" if p_final > 0 else "cut")
+    fit = f"  ·  fit {branch['fit']:+.2f}" if branch.get("fit") is not None else ""
+    return f"{visible(branch['text'])}{end}  ·  " + (f"{100 * p_final:.0f}%" if p_final > 0 else "cut") + fit
+
+
+WORD = re.compile(r"\s*(\w+|[^\w\s]+)")
+MARKER_CHARS = 48  # of the text shown on each side of the caret's marker
+
+
+def first_word(text: str) -> str:
+    """The first word of a branch's text, with the whitespace before it (or its first run of punctuation)."""
+    match = WORD.match(text)
+    return match.group(0) if match else text
+
+
+def caret_marker(text: str, caret: int | None) -> str:
+    """Where a branch would go: the text around the caret, the caret marked (nothing when it is at the end)."""
+    if caret is None:
+        return ""
+    before, after = text[max(0, caret - MARKER_CHARS): caret], text[caret: caret + MARKER_CHARS]
+    return (
+        '<div class="caret-marker">Suggestions at the caret: '
+        f'<span class="caret-text">{"…" if caret > MARKER_CHARS else ""}{html.escape(before)}'
+        f'<mark class="caret-mark">▌</mark>{html.escape(after)}'
+        f'{"…" if len(text) - caret > MARKER_CHARS else ""}</span></div>'
+    )
 
 
 

@@ -1,13 +1,43 @@
-// A head script (ui/scripts.py puts it in the page's <head>): the text box's edits and the keyboard shortcuts.
+// A head script (ui/scripts.py puts it in the page's <head>): the text box's edits, its caret, and the keyboard
+// shortcuts.
 // Every edit of the text refreshes: typing, paste, cut, drag-and-drop, delete, the browser's own
 // undo, IME and autocomplete all fire the textarea's native input event (gradio's own "input"
 // event misses paste and delete). After the textarea's own handler has updated the value, press
 // the hidden button whose click (trigger_mode always_last) recomputes the suggestions.
+// The caret says where they are for: a character offset as Python counts them (code points; the textarea counts
+// UTF-16 units), "" at the end of the text, kept in the hidden #caret-sync box that the suggestions read. A caret
+// moved by a click or a key asks for new suggestions after a short pause, as typing does.
+const CARET_PAUSE_MS = 350;
+const caretSync = () => document.querySelector("#caret-sync textarea, #caret-sync input");
+
+function syncCaret() {
+  const box = document.querySelector("#text textarea");
+  const sync = caretSync();
+  if (!box || !sync) return false;
+  const at = box.selectionStart >= box.value.length ? "" : String([...box.value.slice(0, box.selectionStart)].length);
+  if (sync.value === at) return false;
+  sync.value = at;
+  sync.dispatchEvent(new Event("input", { bubbles: true }));
+  return true;
+}
+
+let caretPause;
+function caretMoved() {
+  clearTimeout(caretPause);
+  caretPause = setTimeout(() => {
+    if (syncCaret()) document.getElementById("caret-moved")?.click();
+  }, CARET_PAUSE_MS);
+}
+
+const inText = (e) => e.target.closest && e.target.closest("#text");
 document.addEventListener("input", (e) => {
-  if (e.target.closest && e.target.closest("#text")) {
+  if (inText(e)) {
+    syncCaret();
     setTimeout(() => document.getElementById("text-edited")?.click(), 0);
   }
 });
+document.addEventListener("keyup", (e) => { if (inText(e)) caretMoved(); });
+document.addEventListener("mouseup", (e) => { if (inText(e)) caretMoved(); });
 document.addEventListener("keydown", (e) => {
   if ((e.ctrlKey || e.metaKey) && e.key === "Enter") {
     document.getElementById("refresh")?.click();
@@ -15,5 +45,8 @@ document.addEventListener("keydown", (e) => {
   } else if (e.altKey && /^Digit[1-9]$/.test(e.code)) {
     const button = document.getElementById("branch-" + (Number(e.code.slice(5)) - 1));
     if (button && button.offsetParent !== null) { button.click(); e.preventDefault(); }
+  } else if (e.altKey && e.code === "KeyW") {  // the first branch's next word only
+    const first = document.getElementById("branch-0");
+    if (first && first.offsetParent !== null) { document.getElementById("take-word")?.click(); e.preventDefault(); }
   }
 });

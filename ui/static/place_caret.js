@@ -1,0 +1,14 @@
+// An event's js= (the hidden #caret-sync box changed: a branch, a token or a continuation was inserted at the
+// caret): once the text box shows the new text, put its caret there (a character offset as Python counts them,
+// "" at the end; the textarea counts UTF-16 units, which differ after an emoji).
+(caret) => {
+  requestAnimationFrame(() => requestAnimationFrame(() => {
+    const box = document.querySelector("#text textarea");
+    if (!box) return;
+    const chars = [...box.value];
+    const at = caret === "" || caret == null ? chars.length : Math.min(Number(caret), chars.length);
+    const units = chars.slice(0, at).join("").length;
+    if (box.selectionStart !== units) box.setSelectionRange(units, units);
+  }));
+  return caret;
+}
