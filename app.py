@@ -68,6 +68,7 @@ EXPLANATIONS_AT_ONCE = 4
 READ_POLL_SECONDS = 1.0
 # While the writer reads, compute what each shown branch gives if taken (LOOKAHEAD_PRECOMPUTE=0: off).
 PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
+FIT_TOKENS = 32  # tokens after the caret each branch's fit is measured on (the API's default)
 
 
 class Suggestions(NamedTuple):
@@ -186,6 +187,33 @@ def ordered_by_fit(branches: list[dict]) -> list[dict]:
     return sorted(branches, key=lambda b: -math.inf if b["fit"] is None else b["fit"], reverse=True)
 
 
+def fit_after(model_name: str | None) -> bool:
+    """Whether the branches at a caret come first and their fit after, in a second ask. The fit runs the caret's
+    next 32 tokens once per branch and once more: on a CPU several times a click's work (bench/bench_caret.py),
+    so it follows the branches, yields to every other call, and the writer's next event cancels it. With the
+    model on a GPU (ZeroGPU too, where each ask costs GPU time of its own) or behind a vLLM server, one ask
+    brings both."""
+    return (isinstance(cli.backend(), InProcess) and not cli.on_zero_gpu()
+            and cli.load_model(model_name)[0].device.type == "cpu")
+
+
+def ask(
+    text: str, caret: int | None, shape: BranchShape, sampling: SamplingSettings, context: Context,
+    constraints: Constraints, request: gr.Request, fit_tokens: int, yielding: bool = False,
+) -> dict:
+    """The lookahead for `text` at `caret` with the page's settings (a constraint applies from the caret if it
+    began after it)."""
+    return cli.lookahead(
+        text, int(shape.n_branches), int(shape.depth), sampling.temperature, sampling.top_k, sampling.top_p,
+        sampling.repetition_penalty, sampling.branch_mode, sampling.seed, session=session_key(request),
+        model_name=context.model_name, messages=context.messages, precompute=PRECOMPUTE and not yielding,
+        partial=not yielding, presence_penalty=sampling.presence_penalty,
+        frequency_penalty=sampling.frequency_penalty,
+        constraint=constraints.for_text(text if caret is None else text[:caret]), stop=constraints.stop_strings,
+        fit_tokens=fit_tokens, yielding=yielding, caret=caret,
+    )
+
+
 def suggest(
     text: str, caret: str | None, history: History, shape: BranchShape, sampling: SamplingSettings,
     view: HeatmapView, context: Context, constraints: Constraints, request: gr.Request,
@@ -209,14 +237,8 @@ def suggest(
     if at == 0 and messages is None:
         at = None  # nothing before the caret to continue: suggestions for the end instead
     start = time.perf_counter()
-    result = cli.lookahead(
-        text, int(shape.n_branches), int(shape.depth), sampling.temperature, sampling.top_k, sampling.top_p,
-        sampling.repetition_penalty, sampling.branch_mode, sampling.seed, session=session_key(request),
-        model_name=context.model_name, messages=messages, precompute=PRECOMPUTE,
-        presence_penalty=sampling.presence_penalty, frequency_penalty=sampling.frequency_penalty,
-        constraint=constraints.for_text(text if at is None else text[:at]), stop=constraints.stop_strings,
-        caret=at,
-    )
+    fit_tokens = 0 if at is not None and fit_after(context.model_name) else FIT_TOKENS  # then add_fit's
+    result = ask(text, at, shape, sampling, context, constraints, request, fit_tokens)
     ms = 1000 * (time.perf_counter() - start)
     if shape.by_fit:
         result = {**result, "branches": ordered_by_fit(result["branches"])}
@@ -226,6 +248,33 @@ def suggest(
             plot: distribution_plot(result["distribution"], forced_text(result)),
             status: status_line(result, ms, constraints.constraint, at), marker: caret_marker(text, at),
             read_timer: gr.Timer(active=bool(result["partial"])), **history_shown(history), **heat}
+
+
+def add_fit(
+    text: str, shown: Suggestions | None, shape: BranchShape, sampling: SamplingSettings, context: Context,
+    constraints: Constraints, request: gr.Request,
+) -> dict:
+    """The fit of the branches on screen, for suggestions at a caret that came without it (`fit_after`): asked
+    again as a call that yields to every other, which the session's next event cancels (the buttons then keep
+    what they show)."""
+    if (not shown or shown.text != text or not shown.after or shown.result["partial"] or not shown.result["branches"]
+            or any(b["fit"] is not None for b in shown.result["branches"]) or not fit_after(context.model_name)
+            or order.others_waiting(session_key(request))):
+        return gr.skip()
+    try:
+        result = ask(text, shown.caret, shape, sampling, context, constraints, request, FIT_TOKENS, yielding=True)
+    except cli.Cancelled:
+        return gr.skip()
+    fits = {tuple(b["token_ids"]): b["fit"] for b in result["branches"]}
+    branches = [{**b, "fit": fits.get(tuple(b["token_ids"]))} for b in shown.result["branches"]]
+    if shape.by_fit:
+        branches = ordered_by_fit(branches)
+    return {shown_state: shown._replace(result={**shown.result, "branches": branches}), **branch_choices(branches)}
+
+
+def cancel_fit(session: str) -> None:
+    """A newer event of the session makes the fit being asked for stale: it stops within a slice."""
+    cli.cancel(session, "lookahead")
 
 
 def show_heatmap(text: str, view: HeatmapView, context: Context, request: gr.Request, *, rescore: bool = False) -> dict:
@@ -974,12 +1023,14 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         (`while_continuing`: a refusal that says so, or a refresh skipped), since waiting would hold their
         "interact" slot, and so everybody's suggestions, for as long as the Continue runs.
         """
+        asking_fit = fn is add_fit
         fn, components = by_name(fn, inputs)
         fn = handled(fn)
         if outputs <= WHY_VIEW:
             options = {"concurrency_id": "explain", "concurrency_limit": EXPLANATIONS_AT_ONCE, **options}
         elif SESSION_STATE & {*components, *outputs}:
-            fn = order.wrap(fn, long=options.get("concurrency_id") == "generate", while_long=while_continuing)
+            fn = order.wrap(fn, long=options.get("concurrency_id") == "generate", while_long=while_continuing,
+                            arriving=None if asking_fit else cancel_fit)
         return {"fn": fn, "inputs": components, "outputs": outputs, "api_visibility": "private",
                 "concurrency_id": "interact", **options}
 
@@ -988,15 +1039,23 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     suggestion_outputs = {shown_state, *branch_buttons, plot, status, marker, heatmap, heatmap_state, history_state,
                           tree, history_sync, read_timer}
     # A refresh asked while the session's Continue writes is skipped: the Continue refreshes when it ends.
+    # always_last: while one update runs, only the newest of those asked meanwhile runs next (with its own text: two
+    # quick undos refresh for the text of the second, which "once", gradio's default, would have dropped).
     suggestion = handler(suggest, dict(text=text_box, caret=caret_sync, history=history_state, **settings),
-                         suggestion_outputs, while_continuing=gr.skip)
+                         suggestion_outputs, while_continuing=gr.skip, trigger_mode="always_last")
     at_node_outputs = {text_box, caret_sync, conversation_state, conversation_view, history_state}
     edit_outputs = {text_box, caret_sync, history_state}
     why_outputs = WHY_VIEW
 
-    # always_last: while one update runs, only the newest of the inputs typed meanwhile runs next.
-    text_edited.click(trigger_mode="always_last", **suggestion)
-    caret_moved.click(trigger_mode="always_last", **suggestion)
+    # New suggestions at a caret that came without their fit (fit_after): it follows, in a group of its own, so the
+    # slot it holds while it yields to everyone's clicks is nobody's suggestions' slot.
+    shown_state.change(**handler(add_fit, dict(text=text_box, shown=shown_state, shape=shape_controls,
+                                               sampling=sampling_controls, context=context_controls,
+                                               constraints=constraint_controls),
+                                 {shown_state, *branch_buttons}, while_continuing=gr.skip, concurrency_id="fit",
+                                 concurrency_limit=EXPLANATIONS_AT_ONCE, show_progress="hidden"))
+    text_edited.click(**suggestion)
+    caret_moved.click(**suggestion)
     # an insertion moved the caret past it: the text box shows it there
     caret_sync.change(None, caret_sync, None, js=PLACE_CARET_JS)
     gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit, by_fit.input], **suggestion)

@@ -289,8 +289,8 @@ def end_session(session: str) -> None:
 
 
 def cancel(session: str, kind: str | None = None) -> int:
-    """Stop `session`'s running long jobs of `kind` ("attribution" or "continuation"; None: both) within one slice
-    of model work (lookahead/scheduler.py): each raises `Cancelled` to its caller. How many there were."""
+    """Stop `session`'s running long jobs of `kind` (one of LONG_JOBS; None: all) within one slice of model work
+    (lookahead/scheduler.py): each raises `Cancelled` to its caller. How many there were."""
     if kind is not None:
         _check_choice("kind", kind, LONG_JOBS)
     return scheduler.cancel(str(session), kind)
@@ -447,6 +447,7 @@ def lookahead(
     constraint: dict | None = None,
     stop: list[str] | None = None,
     fit_tokens: int = 32,
+    yielding: bool = False,
     caret: int | None = None,
 ) -> dict:
     """The `n_branches` best next tokens after `text` (by p_final), each continued to `depth` tokens.
@@ -478,6 +479,9 @@ def lookahead(
     read them), b the branch's token ids after them, S the first `fit_tokens` token ids of `text[caret:]`
     tokenized on its own: how much likelier (> 0) or less likely what follows becomes, per token, with the branch
     inserted. None for a branch that ends, and for every branch with nothing after the caret (or fit_tokens 0).
+    `yielding=True` (in-process, off ZeroGPU): the call runs as a long job of kind "lookahead" that waits while any
+    other call runs and stops at once, raising `Cancelled`, on `cancel(session, "lookahead")` (the page asks for a
+    caret's fit so, after its branches, on a CPU that takes a while over it).
     """
     common, after = _at_caret(text, caret, session, model_name, messages, constraint)
     request = LookaheadRequest(
@@ -492,7 +496,7 @@ def lookahead(
         after=after,
         fit_tokens=_check_int("fit_tokens", fit_tokens, 0, MAX_FIT_TOKENS),
     )
-    return _backend.lookahead(request, precompute, partial)
+    return _backend.lookahead(request, precompute, partial, yielding)
 
 
 def generate_stream(

@@ -32,10 +32,12 @@ class BackendError(RuntimeError):
 class Backend(Protocol):
     batches: bool  # whether serving many calls at once helps (a server batching them), or only splits the cores
 
-    def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True) -> dict:
+    def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
+                  yielding: bool = False) -> dict:
         """The branches and the distribution. `precompute`: also compute, in the background, what taking each
         branch gives (where the backend can). `partial`: a long text may answer first from its last tokens
-        while it is read (where the backend can); False reads it whole within the call."""
+        while it is read (where the backend can); False reads it whole within the call. `yielding`: run as a long
+        job of kind "lookahead", which waits for every other call and can be cancelled (where the backend can)."""
         ...
 
     def distribution(self, request: DistributionRequest) -> list[dict]:

@@ -158,9 +158,7 @@ def get_lookahead_sequences(
     if follow:
         start = prompt_len if unforced is None else unforced
         fit = _fit(model, cache, places, sequences, input_ids[0, start - 1], start, follow, prompt_len)
-    kept = stored if hidden else prompt_len
-    if cache.get_seq_length() > kept:
-        cache.crop(kept - cache.get_seq_length())
+    cache.crop(-(cache.get_seq_length() - (stored if hidden else prompt_len)))
     return Lookahead(sequences, logits, step_logits, cache, branch_kv, scores, first_valid, fit)
 
 

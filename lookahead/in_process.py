@@ -75,7 +75,15 @@ class InProcess:
     def __init__(self, on_gpu: Callable[[Request], Iterator[dict]]) -> None:
         self.on_gpu = on_gpu
 
-    def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True) -> dict:
+    def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
+                  yielding: bool = False) -> dict:
+        if yielding:  # every module call waits while interactive work runs, and stops once cancelled
+            job = scheduler.start(request.session, "lookahead", request)
+            try:
+                with scheduler.sliced(job):
+                    return last(self._serve(request))
+            finally:
+                scheduler.finish(job)
         read = _read_first(request) if partial else None
         with scheduler.interactive():
             if read is None:
@@ -214,12 +222,18 @@ def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unk
     context = torch.tensor([prompt.ids], device=model.device)
     generator = torch.Generator(device=model.device).manual_seed(request.seed)
     follow = follow_ids(request, tokenizer, _context_limit(model) - len(prompt.ids) - request.depth)
-    result = get_lookahead_sequences(
-        model, context, request.n_branches, request.depth, cache, prompt.allowed, request.sampling,
-        request.branch_mode, generator, known_scores, prompt.guide,
-        hidden=0 if kept is None else len(kept.ids) - reused, follow=follow,
-        unforced=len(prompt.ids) - len(prompt.forced),
-    )
+    try:
+        result = get_lookahead_sequences(
+            model, context, request.n_branches, request.depth, cache, prompt.allowed, request.sampling,
+            request.branch_mode, generator, known_scores, prompt.guide,
+            hidden=0 if kept is None else len(kept.ids) - reused, follow=follow,
+            unforced=len(prompt.ids) - len(prompt.forced),
+        )
+    except BaseException:  # cancelled (a yielding call): the whole text's cache goes back as it was
+        if kept is not None:
+            cache.keep(len(kept.ids), [])  # each layer cut on its own: one cancelled mid-pass holds fewer entries
+            store.put(request.key, *kept)
+        raise
     if kept is None:
         continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
         store.put(request.key, prompt.ids, result.cache, continuations, result.scores)

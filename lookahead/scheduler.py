@@ -23,7 +23,9 @@ from typing import TypeVar
 
 import torch
 
-LONG_JOBS = ("attribution", "continuation", "read")  # the kinds of long job; a session has at most one of each
+# The kinds of long job; a session has at most one of each. "lookahead": one asked to yield (the page's second ask
+# at a caret, for the branches' fit, which a slow CPU takes a while over).
+LONG_JOBS = ("attribution", "continuation", "read", "lookahead")
 Step, Result = TypeVar("Step"), TypeVar("Result")
 
 

@@ -193,9 +193,10 @@ class VLLMBackend:
         self._served: dict[str, Served] = {}  # checked models; forgotten when the server drops out
         self.matchers = MatcherStore()  # each session's constraint matchers, as in-process
 
-    def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True) -> dict:
-        """The branches; `precompute` and `partial` are not needed here (the server's prefix cache keeps the text,
-        and the server schedules a long text's read among its other requests)."""
+    def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
+                  yielding: bool = False) -> dict:
+        """The branches; `precompute`, `partial` and `yielding` are not needed here (the server's prefix cache keeps
+        the text, and the server schedules its requests, a long text's read among them)."""
         context = self._context(request, room=request.depth)
         sampling, n_branches = request.sampling, request.n_branches
         rows = max(DISTRIBUTION_ROWS, n_branches)

@@ -4,13 +4,18 @@ every caret without reading the text before it again."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 import torch
 
 import custom_llm_inference as cli
 from lookahead.in_process import prefix_caches
+from lookahead.scheduler import scheduler
 from reference import assert_matches_reference, reference_lookahead
 from test_chat import CONVERSATION, transformers_ids
+from threads import SECONDS, run_threads, until
 
 DRAFT = ("The old lighthouse keeper climbed the stairs and looked out over the sea. The storm had passed, and "
          "the boats were coming home, one by one, past the café on the pier.")
@@ -170,3 +175,78 @@ def test_generate_at_a_caret_continues_the_text_before_it():
     caret = CARETS["word end"]
     ours, alone = cli.generate(DRAFT, 12, caret=caret), cli.generate(DRAFT[:caret], 12)
     assert ours["token_ids"] == alone["token_ids"] and ours["text"] == alone["text"]
+
+
+def held_while(session: str, slices: int) -> list:
+    """A yielding call at a caret of the session, cancelled once it has run `slices` module calls: its outcome."""
+    outcome = []
+
+    def asking() -> None:
+        try:
+            outcome.append(cli.lookahead(DRAFT, session=session, caret=CARETS["word end"], yielding=True))
+        except cli.Cancelled:
+            outcome.append("cancelled")
+
+    thread = threading.Thread(target=asking)
+    thread.start()
+    job = None
+    while job is None or job.slices < slices:
+        job = next((j for j in scheduler.running(session) if j.kind == "lookahead"), None)
+        assert thread.is_alive() or outcome, "the call ended before it was cancelled"
+        time.sleep(0.0005)
+    with scheduler.interactive():  # it waits at its next slice ...
+        cli.cancel(session, "lookahead")  # ... and stops there
+    thread.join(60)
+    return outcome
+
+
+@pytest.mark.parametrize("slices", [10, 600, 1300], ids=["prompt pass", "tree", "fit pass"])  # of ~1600
+def test_a_yielding_call_cancelled_mid_pass_leaves_the_whole_texts_cache_as_it_was(embedded, slices):
+    _, tokenizer = embedded
+    whole = tuple(tokenizer(DRAFT)["input_ids"])
+    cli.lookahead(DRAFT, session="y")
+    assert held_while("y", slices) == ["cancelled"]
+    assert held("y") == whole
+    at_caret = cli.lookahead(DRAFT, session="y", caret=CARETS["word end"])
+    fresh = cli.lookahead(DRAFT, session="fresh", caret=CARETS["word end"])
+    assert [b["token_ids"] for b in at_caret["branches"]] == [b["token_ids"] for b in fresh["branches"]]
+    assert [b["fit"] for b in at_caret["branches"]] == pytest.approx([b["fit"] for b in fresh["branches"]], abs=1e-4)
+    at_end = cli.lookahead(DRAFT, session="y")
+    assert at_end["reused_tokens"] == len(whole) - 1
+    assert at_end["distribution"][0]["prob"] == pytest.approx(
+        cli.lookahead(DRAFT, session="fresh end")["distribution"][0]["prob"], abs=1e-5)
+
+
+def test_carets_moved_asked_yielding_and_cancelled_from_several_threads_give_exact_answers(embedded):
+    """One writer moves the caret and asks (yielding or not), something cancels its yielding calls at random, and
+    another writer clicks at the end: every answer that comes equals a fresh session's."""
+    carets = [CARETS[w] for w in ("word end", "mid-word", "after whitespace", "before the last word")]
+    expected = {c: cli.lookahead(DRAFT, session=f"reference {c}", caret=c) for c in carets}
+    expected_end = cli.lookahead(DRAFT, session="reference end")
+    cli.lookahead(DRAFT, session="mover")
+
+    def mover(rng):
+        while alive():
+            caret = rng.choice(carets)
+            try:
+                result = cli.lookahead(DRAFT, session="mover", caret=caret, yielding=rng.random() < 0.5)
+            except cli.Cancelled:
+                continue
+            assert [b["token_ids"] for b in result["branches"]] == [
+                b["token_ids"] for b in expected[caret]["branches"]]
+            assert [b["fit"] for b in result["branches"]] == pytest.approx(
+                [b["fit"] for b in expected[caret]["branches"]], abs=1e-4)
+
+    def canceller(rng):
+        while alive():
+            time.sleep(rng.random() * 0.3)
+            cli.cancel("mover", "lookahead")
+
+    def clicker(rng):
+        while alive():
+            result = cli.lookahead(DRAFT, session="clicker")
+            assert [b["token_ids"] for b in result["branches"]] == [b["token_ids"] for b in expected_end["branches"]]
+
+    alive = until(SECONDS * 2)
+    run_threads([mover, canceller, clicker])
+    assert held("mover") == tuple(embedded[1](DRAFT)["input_ids"]), "the whole text's cache survived it all"

@@ -58,15 +58,21 @@ class SessionOrder:
     def busy_with_long(self, session: str) -> bool:
         return session in self._long
 
+    def others_waiting(self, session: str) -> bool:
+        """Whether another event of `session` than the one holding its turn waits for it."""
+        return self._locks.get(session, (None, 0))[1] > 1
+
     def __len__(self) -> int:
         return len(self._locks)
 
-    def wrap(self, fn: Callable, long: bool = False, while_long: Callable[[], object] | None = None) -> Callable:
+    def wrap(self, fn: Callable, long: bool = False, while_long: Callable[[], object] | None = None,
+             arriving: Callable[[str], object] | None = None) -> Callable:
         """`fn` (a plain function or generator) as a gradio handler that waits for its session's turn.
 
         `long`: `fn` is a long event. A short one calls `while_long()` instead of waiting while its session has a
-        long event (it returns the handler's answer, or raises the visitor's message). The signature stays
-        `fn`'s (functools.wraps), so gradio passes the same inputs, gr.Request and gr.EventData included.
+        long event (it returns the handler's answer, or raises the visitor's message). `arriving(session)` is
+        called as the event arrives, before it waits (to cancel work of the session it makes stale). The signature
+        stays `fn`'s (functools.wraps), so gradio passes the same inputs, gr.Request and gr.EventData included.
         """
         def busy(session: str) -> bool:
             return not long and while_long is not None and self.busy_with_long(session)
@@ -76,6 +82,8 @@ class SessionOrder:
             @functools.wraps(fn)
             async def stream(*args, **kwargs):
                 session = _session()
+                if arriving is not None:
+                    arriving(session)
                 if busy(session):
                     yield while_long()
                     return
@@ -89,6 +97,8 @@ class SessionOrder:
         @functools.wraps(fn)
         async def call(*args, **kwargs):
             session = _session()
+            if arriving is not None:
+                arriving(session)
             if busy(session):
                 return while_long()
             async with self.turn(session, long):
