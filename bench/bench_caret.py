@@ -1,0 +1,134 @@
+"""Suggestions at a caret inside a long text, in-process, precomputation off so that every click computes.
+
+On a ~3k-token text whose session cache holds it whole:
+  - a click at a caret in the middle (the branch inserted there, then the suggestions after it: without fit, as
+    the page first asks on a CPU, and with it, one ask) against a click at the end (the branch appended, then the
+    suggestions after it), each the median of several, in one run;
+  - moving the caret and asking again: the tokens run (context_tokens - reused_tokens) and the seconds, without
+    fit and with it;
+  - the cost of `fit` (5 branches x 32 tokens): the same caret asked with fit_tokens=32 and with 0;
+  - an insertion at 1k of the 3k tokens: what the suggestions after it run, then what the next call at the end
+    of the text reads again, and when.
+Each click is also put against the physical limit: the weight bytes its passes read per second, against this
+machine's memory bandwidth (bench_passes.py's measurements).
+Run: python bench/bench_caret.py [--tokens 3000] [--repeats 7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ["LOOKAHEAD_FIRST_ANSWER_SECONDS"] = "0"  # every call reads what it needs: nothing runs in the background
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_long_text import text_of  # noqa: E402
+from bench_passes import memory_bandwidth_gb_s, weight_bytes  # noqa: E402
+
+import custom_llm_inference as cli  # noqa: E402
+from lookahead.cpu_linear import cpu_model  # noqa: E402
+
+
+def timed(call) -> tuple[float, dict]:
+    start = time.perf_counter()
+    result = call()
+    return time.perf_counter() - start, result
+
+
+def run(result: dict) -> int:
+    """Tokens of the context a call ran (the rest came from the session's cache)."""
+    return result["context_tokens"] - result["reused_tokens"]
+
+
+def click_at_end(text: str, session: str) -> float:
+    """Suggestions at the end of `text` (its cache held), then a click: the first branch appended and asked again."""
+    branch = cli.lookahead(text, session=session)["branches"][0]["text"]
+    return timed(lambda: cli.lookahead(text + branch, session=session))[0]
+
+
+def click_at_caret(text: str, caret: int, session: str, fit_tokens: int) -> float:
+    """Suggestions at `caret` (the whole text's cache held), then a click: the first branch inserted there and the
+    suggestions after it."""
+    branch = cli.lookahead(text, session=session, caret=caret)["branches"][0]["text"]
+    inserted = text[:caret] + branch + text[caret:]
+    seconds = timed(lambda: cli.lookahead(inserted, session=session, caret=caret + len(branch),
+                                          fit_tokens=fit_tokens))[0]
+    cli.lookahead(text, session=session)  # the session's cache back to the whole text, as before the click
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=int, default=3000)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+    model, tokenizer = cli.load_model()
+    cli.lookahead("Warm-up.", session="warm-up", caret=3)
+    bandwidth, weights = memory_bandwidth_gb_s(), weight_bytes(model)
+    print(f"{cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {platform.python_version()}; "
+          f"memory bandwidth {bandwidth:.1f} GB/s, weights {weights / 1e9:.3f} GB")
+    text = text_of(args.tokens, tokenizer)
+    middle = text.index(" ", len(text) // 2)
+    n = len(tokenizer(text)["input_ids"])
+    cli.lookahead(text, session="s")  # the session's cache holds the whole text
+
+    ends, carets, fitted = [], [], []
+    for _ in range(args.repeats):  # alternated, so all three see the same machine
+        ends.append(click_at_end(text, "s"))
+        carets.append(click_at_caret(text, middle, "s", 0))
+        fitted.append(click_at_caret(text, middle, "s", 32))
+    end = statistics.median(ends)
+    print(f"\n{n}-token text, caret at token ~{len(tokenizer(text[:middle])['input_ids'])}; median of {args.repeats}")
+    print("| click | passes | seconds | ratio to the end | weights GB/s (of bandwidth) |")
+    print("|---|---:|---:|---:|---:|")
+    # a click: the new tokens' pass, then depth - 1 = 2 tree steps (and the fit's pass)
+    for name, times, passes in [("at the end", ends, 3), ("at a caret in the middle, without fit", carets, 3),
+                                ("at a caret in the middle, with fit (32 tokens)", fitted, 4)]:
+        seconds = statistics.median(times)
+        rate = passes * weights / seconds / 1e9
+        print(f"| {name} | {passes} | {seconds:.3f} | {seconds / end:.2f}× | {rate:.2f} "
+              f"({100 * rate / bandwidth:.0f}%) |")
+
+    cli.lookahead(text, session="s")
+    moves = [text.index(" ", len(text) * i // 10) for i in (3, 7, 2, 5)]
+    print("\n| caret moved to token | tokens run | of the tokens before it | seconds, branches | seconds, with fit |")
+    print("|---:|---:|---:|---:|---:|")
+    for at in moves:
+        seconds, result = timed(lambda: cli.lookahead(text, session="s", caret=at, fit_tokens=0))
+        fitted_seconds, _ = timed(lambda: cli.lookahead(text, session="s", caret=at))
+        print(f"| {result['context_tokens']} | {run(result)} | {result['context_tokens']} | "
+              f"{seconds:.3f} | {fitted_seconds:.3f} |")
+
+    fits, plain = [], []
+    for _ in range(args.repeats):
+        fits.append(timed(lambda: cli.lookahead(text, session="s", caret=middle, fit_tokens=32))[0])
+        plain.append(timed(lambda: cli.lookahead(text, session="s", caret=middle, fit_tokens=0))[0])
+    fit, no_fit = statistics.median(fits), statistics.median(plain)
+    print(f"\nfit, 5 branches × 32 tokens: {fit:.3f} s against {no_fit:.3f} s without "
+          f"(+{1000 * (fit - no_fit):.0f} ms, {fit / no_fit:.2f}×)")
+
+    at = text.index(" ", len(text) // 3)
+    cli.lookahead(text, session="s")
+    branch = cli.lookahead(text, session="s", caret=at)["branches"][0]["text"]
+    inserted = text[:at] + branch + text[at:]
+    after_seconds, after = timed(lambda: cli.lookahead(inserted, session="s", caret=at + len(branch), fit_tokens=0))
+    end_seconds, at_end = timed(lambda: cli.lookahead(inserted, session="s"))
+    again_seconds, again = timed(lambda: cli.lookahead(inserted, session="s"))
+    print(f"\ninsertion at token {after['context_tokens']} of {n}:")
+    print("| next call | tokens run | seconds |")
+    print("|---|---:|---:|")
+    print(f"| suggestions after the insertion (without fit) | {run(after)} | {after_seconds:.3f} |")
+    print(f"| then suggestions at the end: the text after the insertion read again | {run(at_end)} | "
+          f"{end_seconds:.3f} |")
+    print(f"| then at the end again | {run(again)} | {again_seconds:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
