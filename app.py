@@ -237,39 +237,52 @@ def suggest(
     if at == 0 and messages is None:
         at = None  # nothing before the caret to continue: suggestions for the end instead
     start = time.perf_counter()
-    fit_tokens = 0 if at is not None and fit_after(context.model_name) else FIT_TOKENS  # then add_fit's
+    fit_tokens = 0 if at is not None and fit_after(context.model_name) else FIT_TOKENS  # then complete_at_caret's
     result = ask(text, at, shape, sampling, context, constraints, request, fit_tokens)
     ms = 1000 * (time.perf_counter() - start)
     if shape.by_fit:
         result = {**result, "branches": ordered_by_fit(result["branches"])}
-    # After the branches, whose pass scored the text; a long text's colours come once it is read.
-    heat = {} if result["partial"] else show_heatmap(text, view, context, request, rescore=True)
+    # After the branches, whose pass scored the text; a long text's colours come once it is read, and at a caret
+    # they follow (complete_at_caret): the text after it may have to be read again first.
+    heat = {} if result["partial"] or at is not None else show_heatmap(text, view, context, request, rescore=True)
     return {shown_state: Suggestions(text, result, at), **branch_choices(result["branches"]),
             plot: distribution_plot(result["distribution"], forced_text(result)),
             status: status_line(result, ms, constraints.constraint, at), marker: caret_marker(text, at),
             read_timer: gr.Timer(active=bool(result["partial"])), **history_shown(history), **heat}
 
 
-def add_fit(
-    text: str, shown: Suggestions | None, shape: BranchShape, sampling: SamplingSettings, context: Context,
-    constraints: Constraints, request: gr.Request,
-) -> dict:
-    """The fit of the branches on screen, for suggestions at a caret that came without it (`fit_after`): asked
-    again as a call that yields to every other, which the session's next event cancels (the buttons then keep
-    what they show)."""
-    if (not shown or shown.text != text or not shown.after or shown.result["partial"] or not shown.result["branches"]
-            or any(b["fit"] is not None for b in shown.result["branches"]) or not fit_after(context.model_name)
-            or order.others_waiting(session_key(request))):
-        return gr.skip()
-    try:
-        result = ask(text, shown.caret, shape, sampling, context, constraints, request, FIT_TOKENS, yielding=True)
-    except cli.Cancelled:
-        return gr.skip()
-    fits = {tuple(b["token_ids"]): b["fit"] for b in result["branches"]}
-    branches = [{**b, "fit": fits.get(tuple(b["token_ids"]))} for b in shown.result["branches"]]
-    if shape.by_fit:
-        branches = ordered_by_fit(branches)
-    return {shown_state: shown._replace(result={**shown.result, "branches": branches}), **branch_choices(branches)}
+def complete_at_caret(
+    text: str, shown: Suggestions | None, shape: BranchShape, sampling: SamplingSettings, view: HeatmapView,
+    context: Context, constraints: Constraints, request: gr.Request,
+) -> Iterator[dict]:
+    """What suggestions at a caret come without, so that they never wait for it: the branches' fit where it
+    follows them (`fit_after`), asked again as a call that yields to every other and that the session's next
+    event cancels (the buttons then keep what they show); then the heatmap, for which the session reads again
+    whatever an insertion changed after the caret."""
+    if (not shown or shown.text != text or shown.caret is None or shown.result["partial"]
+            or order.others_waiting(session_key(request))):  # a newer event brings its own
+        yield gr.skip()
+        return
+    branches = shown.result["branches"]
+    fit_follows = bool(shown.after and branches) and fit_after(context.model_name)
+    if fit_follows and any(b["fit"] is not None for b in branches):
+        yield gr.skip()  # its own update of the suggestions, with their fit, comes back here
+        return
+    if fit_follows:
+        try:
+            result = ask(text, shown.caret, shape, sampling, context, constraints, request, FIT_TOKENS,
+                         yielding=True)
+        except cli.Cancelled:
+            yield gr.skip()
+            return
+        fits = {tuple(b["token_ids"]): b["fit"] for b in result["branches"]}
+        if any(fit is not None for fit in fits.values()):  # none where every branch ends
+            branches = [{**b, "fit": fits.get(tuple(b["token_ids"]))} for b in branches]
+            if shape.by_fit:
+                branches = ordered_by_fit(branches)
+            yield {shown_state: shown._replace(result={**shown.result, "branches": branches}),
+                   **branch_choices(branches)}
+    yield show_heatmap(text, view, context, request, rescore=True)
 
 
 def cancel_fit(session: str) -> None:
@@ -1023,14 +1036,14 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         (`while_continuing`: a refusal that says so, or a refresh skipped), since waiting would hold their
         "interact" slot, and so everybody's suggestions, for as long as the Continue runs.
         """
-        asking_fit = fn is add_fit
+        completing = fn is complete_at_caret
         fn, components = by_name(fn, inputs)
         fn = handled(fn)
         if outputs <= WHY_VIEW:
             options = {"concurrency_id": "explain", "concurrency_limit": EXPLANATIONS_AT_ONCE, **options}
         elif SESSION_STATE & {*components, *outputs}:
             fn = order.wrap(fn, long=options.get("concurrency_id") == "generate", while_long=while_continuing,
-                            arriving=None if asking_fit else cancel_fit)
+                            arriving=None if completing else cancel_fit)
         return {"fn": fn, "inputs": components, "outputs": outputs, "api_visibility": "private",
                 "concurrency_id": "interact", **options}
 
@@ -1047,13 +1060,13 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     edit_outputs = {text_box, caret_sync, history_state}
     why_outputs = WHY_VIEW
 
-    # New suggestions at a caret that came without their fit (fit_after): it follows, in a group of its own, so the
-    # slot it holds while it yields to everyone's clicks is nobody's suggestions' slot.
-    shown_state.change(**handler(add_fit, dict(text=text_box, shown=shown_state, shape=shape_controls,
-                                               sampling=sampling_controls, context=context_controls,
-                                               constraints=constraint_controls),
-                                 {shown_state, *branch_buttons}, while_continuing=gr.skip, concurrency_id="fit",
-                                 concurrency_limit=EXPLANATIONS_AT_ONCE, show_progress="hidden"))
+    # New suggestions at a caret: their fit (where it came without) and the heatmap follow, in a group of their own,
+    # so the slot held while the fit yields to everyone's clicks is nobody's suggestions' slot.
+    shown_state.change(**handler(complete_at_caret, dict(text=text_box, shown=shown_state, shape=shape_controls,
+                                                         sampling=sampling_controls, view=heatmap_controls,
+                                                         context=context_controls, constraints=constraint_controls),
+                                 {shown_state, *branch_buttons, heatmap, heatmap_state}, while_continuing=gr.skip,
+                                 concurrency_id="fit", concurrency_limit=EXPLANATIONS_AT_ONCE, show_progress="hidden"))
     text_edited.click(**suggestion)
     caret_moved.click(**suggestion)
     # an insertion moved the caret past it: the text box shows it there
