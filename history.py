@@ -176,7 +176,7 @@ class History:
     def _as_edit(self, node: Node) -> dict:
         """The node as stored: its text as (characters kept from the parent's text, text added)."""
         parent = "" if node.parent is None else self.nodes[node.parent].text
-        keep = _common_prefix(parent, node.text)
+        keep = common_prefix(parent, node.text)
         fields = {k: v for k, v in asdict(node).items() if k != "text"}
         return {**fields, "keep": keep, "add": node.text[keep:]}
 
@@ -213,7 +213,7 @@ class History:
         return cls(nodes, current, model)
 
 
-def _common_prefix(a: str, b: str) -> int:
+def common_prefix(a: str, b: str) -> int:
     """Length of the longest common prefix, by halving with C-speed slice comparisons (texts are long)."""
     if b.startswith(a):
         return len(a)

@@ -35,7 +35,7 @@ from history import History
 from ui.chat import awaiting_user, messages_for, with_user_message
 from ui.controls import SamplingSettings
 from ui.errors import handled
-from ui.render import branch_label, caret_marker, distribution_plot, first_word, tree_view, visible
+from ui.render import branch_label, caret_marker, distribution_plot, first_word, insertion, tree_view, visible
 
 AT_NODE = (text_box, conversation_state, conversation_view, history_state)
 
@@ -175,6 +175,10 @@ def test_tree_view_marks_the_current_node_and_forks_and_escapes_text():
     view = tree_view(h)
     assert "<b>" not in view.replace('<div id="tree"', "")
     assert view.count("data-current") == 1 and "├ " in view and "└ " in view
+    h.add("<b> one y", "branch")  # an insertion inside the text: what it inserted
+    assert "branch</span> +one␣" in tree_view(h)
+    assert [insertion("abc", t) for t in ("abc", "abcd", "xabc", "abxc", "abxyc", "ac", "abd")] == [
+        "", "d", "x", "x", "xy", None, None]
 
 
 def test_tree_view_shows_a_window_around_the_current_node_however_long_the_session():

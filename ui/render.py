@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import re
 
-from history import History
+from history import History, common_prefix
 from lookahead.results import DISTRIBUTION_ROWS, REFUSED_ROWS
 
 VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
@@ -55,7 +55,7 @@ def distribution_plot(distribution: list[dict], forced: str | None = None) -> st
         + f'<span style="color:{BASE_COLOR}">■</span> p_base (plain softmax) '
         f'<span style="color:{FINAL_COLOR}">■</span> p_final (after the sampling settings) · '
         f'greyed: cut by the filters' + (" · ✗: the constraint refuses it" if constrained else "")
-        + ' · click a token to append it'
+        + ' · click a token to write it at the caret'
         + (" · bars are to the top token's scale; \"other\" is longer than shown" if clipped else "")
         + "</div>"
     )
@@ -94,8 +94,8 @@ def tree_view(history: History, rows: int = TREE_ROWS) -> str:
         if turns:  # a sent turn: what was said, not the (empty) box
             label = f"{turns[-1]['role']}: " + ("…" if len(turns[-1]["content"]) > 40 else "") + visible(
                 turns[-1]["content"][-40:])
-        elif parent is not None and node.text.startswith(parent):
-            label = "+" + visible(node.text[len(parent) :])
+        elif parent is not None and (piece := insertion(parent, node.text)) is not None:
+            label = "+" + visible(piece)
         else:
             label = ("…" if len(node.text) > 40 else "") + visible(node.text[-40:]) or "(empty)"
         siblings = kids[node.parent]
@@ -113,6 +113,15 @@ def tree_view(history: History, rows: int = TREE_ROWS) -> str:
     if first + rows < len(all_rows):
         lines.append(_more_line(len(all_rows) - first - rows, "later"))
     return f'<div id="tree" style="{TREE_STYLE}">{"".join(lines)}</div>'
+
+
+def insertion(parent: str, text: str) -> str | None:
+    """What `text` inserts into `parent` (at its end or anywhere inside it), or None if it changes more."""
+    kept = len(text) - len(parent)
+    if kept < 0:
+        return None
+    start = common_prefix(parent, text)
+    return text[start : start + kept] if text.endswith(parent[start:]) else None
 
 
 def _more_line(n: int, where: str) -> str:
