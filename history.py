@@ -7,10 +7,12 @@ Undo moves to the parent, redo to the child last visited; choosing something els
 undo adds a sibling. The tree is plain data, kept in the visitor's session, and exports to
 JSON and back losslessly.
 
-The JSON (version 2) stores each node as an edit of its parent's text: how many of the
-parent's characters it keeps, and what it adds. A click then costs the browser's storage
-the branch's few characters, not another copy of the whole text. Version 1 files, which
-stored every node's whole text, still read.
+The JSON (version 3) stores each node as an edit of its parent's text: how many of the
+parent's first characters it keeps, what it adds after them, and how many of the parent's
+last characters follow (`tail`, absent when none). A click, at the end of the text or at a
+caret inside it, then costs the browser's storage the branch's few characters, not another
+copy of the text. Version 2 files (no `tail`) and version 1 files, which stored every node's
+whole text, still read.
 
 The browser keeps a copy of the tree (so a reload picks up where it left off), and each update
 sends it only what changed (`changes`): the whole tree once, then the nodes added or altered.
@@ -24,8 +26,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 
 FORMAT = "interactive-lookahead-history"
-VERSION = 2
-READS = (1, 2)
+VERSION = 3
+READS = (1, 2, 3)
 SYNC_VERSION = 1  # of the messages `changes` writes; the page's script asks for the whole tree on another
 KINDS = ("start", "type", "branch", "word", "token", "append", "continue", "clear", "rewind", "turn")
 PAUSE_SECONDS = 2.0  # typing within this long of the last keystroke edits the same node
@@ -174,11 +176,14 @@ class History:
                 "nodes": [self._as_edit(n) for n in self.nodes]}
 
     def _as_edit(self, node: Node) -> dict:
-        """The node as stored: its text as (characters kept from the parent's text, text added)."""
+        """The node as stored: its text as (characters kept from the start of the parent's text, text added,
+        characters kept from its end)."""
         parent = "" if node.parent is None else self.nodes[node.parent].text
         keep = common_prefix(parent, node.text)
+        tail = common_prefix(parent[keep:][::-1], node.text[keep:][::-1])
         fields = {k: v for k, v in asdict(node).items() if k != "text"}
-        return {**fields, "keep": keep, "add": node.text[keep:]}
+        edit = {"keep": keep, "add": node.text[keep : len(node.text) - tail], **({"tail": tail} if tail else {})}
+        return {**fields, **edit}
 
     @classmethod
     def from_json(cls, data: str) -> History:
@@ -225,15 +230,20 @@ def common_prefix(a: str, b: str) -> int:
 
 
 def _with_text(i: int, raw: object, earlier: list[Node]) -> object:
-    """A version 2 node (keep, add) as a version 1 node (text), from its parent's text."""
+    """A stored node (keep, add and, from version 3, tail) as a version 1 node (text), from its parent's text."""
     if not isinstance(raw, dict) or not {"keep", "add", "parent"} <= set(raw):
         return raw  # _node says which fields are missing
-    parent, keep, add = raw["parent"], raw["keep"], raw["add"]
+    parent, keep, add, tail = raw["parent"], raw["keep"], raw["add"], raw.get("tail", 0)
     base = earlier[parent].text if isinstance(parent, int) and 0 <= parent < i else ""
-    if isinstance(keep, bool) or not isinstance(keep, int) or not 0 <= keep <= len(base) or not isinstance(add, str):
-        raise ValueError(f"node {i}: keep must be a count of the parent's characters and add a string")
-    fields = {k: v for k, v in raw.items() if k not in ("keep", "add")}
-    return {**fields, "text": base[:keep] + add}
+    if not (_count(keep) and _count(tail) and keep + tail <= len(base) and isinstance(add, str)):
+        raise ValueError(f"node {i}: keep and tail must be counts of the parent's characters (together at most "
+                         f"{len(base)}) and add a string")
+    fields = {k: v for k, v in raw.items() if k not in ("keep", "add", "tail")}
+    return {**fields, "text": base[:keep] + add + base[len(base) - tail :]}
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _node(i: int, raw: object) -> Node:

@@ -101,6 +101,31 @@ def test_a_click_stores_only_its_edit(monkeypatch):
     assert History.from_json(h.to_json()) == h
 
 
+def test_an_insertion_inside_the_text_stores_only_what_it_inserts(monkeypatch):
+    h = written(monkeypatch, [0.0])
+    long = "word " * 3000
+    h.add(long, "append")
+    before = len(h.to_json())
+    middle = len(long) // 2
+    h.add(long[:middle] + "inserted " + long[middle:], "branch", [7, 8], {"caret": middle})
+    h.add(long[:middle] + "inserted " + long[middle:] + "!", "append")
+    h.add("", "clear")
+    assert len(h.to_json()) - before < 500, "an insertion costs what it inserts, not the text after it"
+    assert History.from_json(h.to_json()) == h
+    assert "tail" not in json.loads(h.to_json())["nodes"][3], "an append keeps nothing after what it adds"
+
+
+def test_version_2_files_still_read(monkeypatch):
+    h = written(monkeypatch, [2.0])
+    h.add("Once upon a time", "branch", [1, 2])
+    h.add("Once upon a long time", "branch", [3])
+    data = json.loads(h.to_json())
+    assert data["version"] == 3 and data["nodes"][2]["tail"] == len("time")
+    v2 = {**data, "version": 2, "nodes": [{k: v for k, v in n.items() if k != "tail"} for n in data["nodes"]]}
+    v2["nodes"][2]["add"] = "long time"  # version 2 wrote what follows the change, to the end
+    assert History.from_json(json.dumps(v2)) == h
+
+
 def test_version_1_files_still_read(monkeypatch):
     h = written(monkeypatch, [2.0])
     h.add("Once upon", "branch", [1, 2])
@@ -119,6 +144,10 @@ def test_an_edit_that_keeps_more_than_its_parent_has_is_refused(monkeypatch):
     data["nodes"][1]["keep"] = 99
     with pytest.raises(ValueError, match="keep"):
         History.from_json(json.dumps(data))
+    for keep, tail in [(0, len("Once") + 1), (4, 1), (0, -1), (0, True), (0, 1.5)]:
+        data["nodes"][1].update(keep=keep, tail=tail)
+        with pytest.raises(ValueError, match="keep and tail must be counts"):
+            History.from_json(json.dumps(data))
 
 
 def apply_changes(copy: dict | None, message: dict) -> dict | None:
