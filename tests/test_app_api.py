@@ -19,12 +19,13 @@ def test_endpoints_are_named_and_listed(client):
     sampling = ["temperature", "top_k", "top_p", "repetition_penalty"]
     assert [p["parameter_name"] for p in endpoints["/lookahead"]["parameters"]] == [
         "text", "n_branches", "depth", *sampling, "branch_mode", "seed", "messages", "model_name",
-        "presence_penalty", "frequency_penalty", "constraint", "stop",
+        "presence_penalty", "frequency_penalty", "constraint", "stop", "fit_tokens", "caret",
     ]
     assert [p["parameter_name"] for p in endpoints["/next_token_distribution"]["parameters"]] == [
-        "text", "k", *sampling, "messages", "model_name", "presence_penalty", "frequency_penalty", "constraint"
+        "text", "k", *sampling, "messages", "model_name", "presence_penalty", "frequency_penalty", "constraint",
+        "caret",
     ]
-    assert [p["parameter_name"] for p in endpoints["/generate"]["parameters"]][-2:] == ["constraint", "stop"]
+    assert [p["parameter_name"] for p in endpoints["/generate"]["parameters"]][-3:] == ["constraint", "stop", "caret"]
     assert [p["parameter_name"] for p in endpoints["/attribution"]["parameters"]] == [
         "text", "target_token_id", "method", "steps", "window", "messages", "model_name", "at_token"]
 
