@@ -480,8 +480,9 @@ def lookahead(
     tokenized on its own: how much likelier (> 0) or less likely what follows becomes, per token, with the branch
     inserted. None for a branch that ends, and for every branch with nothing after the caret (or fit_tokens 0).
     `yielding=True` (in-process, off ZeroGPU): the call runs as a long job of kind "lookahead" that waits while any
-    other call runs and stops at once, raising `Cancelled`, on `cancel(session, "lookahead")` (the page asks for a
-    caret's fit so, after its branches, on a CPU that takes a while over it).
+    other call runs (and for what is being precomputed, whose ready answers it leaves in place) and stops at once,
+    raising `Cancelled`, on `cancel(session, "lookahead")` (the page asks for a caret's fit so, after its branches,
+    on a CPU that takes a while over it).
     """
     common, after = _at_caret(text, caret, session, model_name, messages, constraint)
     request = LookaheadRequest(

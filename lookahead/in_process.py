@@ -52,9 +52,11 @@ from lookahead.results import (
     text_token_places,
 )
 from lookahead.sampling import Sampling
-from lookahead.scheduler import scheduler
+from lookahead.scheduler import Cancelled, scheduler
 from lookahead.scoring import extend_and_score
 from lookahead.speculation import ScratchStore, Speculator
+
+CANCEL_POLL_SECONDS = 0.05  # how often a yielding call that waits for precomputation looks whether it was cancelled
 
 prefix_caches = PrefixCacheStore()
 speculator = Speculator(prefix_caches)
@@ -66,8 +68,8 @@ class InProcess:
     """The default backend: the model in this process (on ZeroGPU, in its GPU workers), sessions' caches kept here.
 
     `on_gpu(request)` runs a checked request where the model is (custom_llm_inference's one `@spaces.GPU`
-    function, which calls `answer`). Every call goes through `_serve`: it pre-empts precomputation, and may
-    find its answer ready.
+    function, which calls `answer`). Every call but a yielding one goes through `_serve`: it pre-empts
+    precomputation, and may find its answer ready.
     """
 
     batches = False  # calls share this process's cores: serving several at once only splits them
@@ -77,11 +79,17 @@ class InProcess:
 
     def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
                   yielding: bool = False) -> dict:
-        if yielding:  # every module call waits while interactive work runs, and stops once cancelled
+        if yielding:
+            # After what is being precomputed (it makes the next click instant; as one more real request this call
+            # would stop it and drop the session's ready answers); then every module call waits while interactive
+            # work runs. Cancelled, it stops at once, waiting or not.
             job = scheduler.start(request.session, "lookahead", request)
             try:
+                while not speculator.wait(CANCEL_POLL_SECONDS):
+                    if job.cancelled:
+                        raise Cancelled("the lookahead was cancelled")
                 with scheduler.sliced(job):
-                    return last(self._serve(request))
+                    return last(self.on_gpu(request))
             finally:
                 scheduler.finish(job)
         read = _read_first(request) if partial else None
@@ -90,8 +98,7 @@ class InProcess:
                 result = last(self._serve(request))
             else:  # a long text: answered at once from its last tokens, while it is read (lookahead/reading.py)
                 result = last(self._serve(request, lambda: iter([_partial_lookahead(request, read)])))
-        # at a caret the session's cache keeps the text after it, which a taken branch's request could not reuse
-        if precompute and read is None and request.after is None and not on_zero_gpu():
+        if precompute and read is None and not on_zero_gpu():
             taken = [replace(request, text=request.text + branch["text"]) for branch in result["branches"]]
             speculator.start(request.key, taken, lambda taken, scratch: _lookahead(taken, store=scratch))
         return result

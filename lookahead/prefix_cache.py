@@ -81,6 +81,14 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def kept_whole(held: Sequence[int], token_ids: Sequence[int]) -> int | None:
+    """For a caret inside a text whose cache holds `held`: how many of `token_ids` that cache serves while the
+    text after their shared prefix stays in it, masked out; None where that keeps more than it saves (the
+    text changed more before the caret than stays after it) and a crop serves better."""
+    reused = min(common_prefix_length(held, token_ids), len(token_ids) - 1)
+    return reused if reused and len(held) - reused > len(token_ids) - reused else None
+
+
 BUDGET_SHARE = 0.25  # of the device's memory, for session caches, unless LOOKAHEAD_CACHE_GB is set
 
 
@@ -131,12 +139,11 @@ class PrefixCacheStore:
         and None."""
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None:
-                reused = min(common_prefix_length(entry.ids, token_ids), len(token_ids) - 1)
-                if reused and len(entry.ids) - reused > len(token_ids) - reused:
-                    del self._entries[key]
-                    self.hits += 1
-                    return Taken(entry.cache, reused, None), entry
+            reused = None if entry is None else kept_whole(entry.ids, token_ids)
+            if reused is not None:
+                del self._entries[key]
+                self.hits += 1
+                return Taken(entry.cache, reused, None), entry
         return self.take(key, token_ids), None
 
     def put(
@@ -199,6 +206,9 @@ class PrefixCacheStore:
             entry = self._entries.get(key)
             if entry is None or entry.ids != tuple(base_ids) or entry.cache.get_seq_length() != len(base_ids):
                 return False
+            if tuple(token_ids) == entry.ids:  # an answer at a caret: the whole text's cache stays as it is
+                self.hits += 1
+                return True
             for layer, (keys, values) in zip(entry.cache.layers, new_kv):
                 layer.update(keys, values)
             self._entries[key] = Entry(tuple(token_ids), entry.cache, list(continuations), scores)

@@ -1,7 +1,9 @@
 """Answers ready before the click: while the writer reads, compute what each shown branch gives if taken.
 
 After a lookahead for text T, a background thread computes the lookahead for T + branch i,
-branch by branch in the order shown, with exactly the request the page will send on that click.
+branch by branch in the order shown, with exactly the request the page will send on that click
+(at a caret: T the text before it, the branch inserted there, the text after it kept and still
+masked out in the cache, which such an answer leaves as it was).
 It works on a private copy of the session's KV cache (`ScratchStore`), so real requests never
 wait for it or find their cache taken, and it goes through the same code path as a real request
 (appending the branch's KV from the branch tree, then running the rest), so a precomputed answer
@@ -23,7 +25,7 @@ from typing import NamedTuple
 
 from transformers import DynamicCache
 
-from lookahead.prefix_cache import Continuation, Entry, PrefixCacheStore, Taken, append_known_continuation
+from lookahead.prefix_cache import Continuation, Entry, PrefixCacheStore, Taken, append_known_continuation, kept_whole
 from lookahead.scheduler import before_every_module_call
 from lookahead.scoring import Scores
 
@@ -63,14 +65,20 @@ class ScratchStore:
             return Taken(cache, n, scores)
         return Taken(cache, n + append_known_continuation(cache, continuations, token_ids[n:-1]), None)
 
-    def take_before(self, key: Hashable, token_ids: Sequence[int]) -> tuple[Taken, None]:
-        return self.take(key, token_ids), None
+    def take_before(self, key: Hashable, token_ids: Sequence[int]) -> tuple[Taken, Entry | None]:
+        """At a caret, as the real store does: the copy whole, the text after the caret masked out (it comes back
+        as it went, and `put` records no new tokens), else `take`'s."""
+        reused = kept_whole(self.base.ids, token_ids)
+        if reused is None:
+            return self.take(key, token_ids), None
+        return Taken(self.base.cache, reused, None), self.base
 
     def put(self, key: Hashable, token_ids: Sequence[int], cache: DynamicCache, continuations=(), scores=None) -> None:
         n = len(self.base.ids)
         new_kv = [(layer.keys[..., n:, :].clone(), layer.values[..., n:, :].clone()) for layer in cache.layers]
         self.recorded = (tuple(token_ids), new_kv, list(continuations), scores)
-        cache.crop(n - cache.get_seq_length())
+        if cache.get_seq_length() > n:  # (crop(0) would empty it)
+            cache.crop(n - cache.get_seq_length())
 
 
 class _Job(NamedTuple):

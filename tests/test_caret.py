@@ -294,3 +294,54 @@ def test_the_page_shows_suggestions_at_a_caret_before_the_heatmap_reads_the_text
         [t["prob"] for t in fresh["tokens"][1:]], abs=1e-4)
     assert list(app.complete_at_caret(inserted, updates[0][app.shown_state], shape, sampling, view, context,
                                       constraints, request)) == [gr.skip()], "its own update comes back: nothing"
+
+
+def test_a_branch_taken_at_a_caret_is_answered_from_the_precomputed_result_exactly(embedded):
+    """While the writer reads the suggestions at a caret, each branch's insertion is computed on a copy of the whole
+    text's cache; the click gets exactly what it computes afresh, and the cache still holds the whole text. The
+    page's second ask, for the fit, waits for that and leaves the ready answers in place."""
+    from lookahead.in_process import speculator
+
+    _, tokenizer = embedded
+    caret = CARETS["word end"]
+    cli.lookahead(DRAFT, session="ahead")
+    shown = cli.lookahead(DRAFT, session="ahead", caret=caret, fit_tokens=0, precompute=True)
+    fitted = cli.lookahead(DRAFT, session="ahead", caret=caret, yielding=True)
+    assert [b["fit"] for b in fitted["branches"]] == pytest.approx(
+        [b["fit"] for b in cli.lookahead(DRAFT, session="fit reference", caret=caret)["branches"]], abs=1e-4)
+    speculator.wait()
+    branch = shown["branches"][2]["text"]
+    inserted, after = DRAFT[:caret] + branch + DRAFT[caret:], caret + len(branch)
+    served = speculator.served
+    ahead = cli.lookahead(inserted, session="ahead", caret=after, fit_tokens=0, precompute=True)
+    assert speculator.served == served + 1, "answered from the precomputed result"
+    assert held("ahead") == tuple(tokenizer(DRAFT)["input_ids"]), "the whole text's cache, as it was"
+    speculator.wait()  # the next click, on the insertion's own suggestions, is precomputed too
+    branch = ahead["branches"][0]["text"]
+    further, further_caret = inserted[:after] + branch + inserted[after:], after + len(branch)
+    again = cli.lookahead(further, session="ahead", caret=further_caret, fit_tokens=0)
+    assert speculator.served == served + 2
+    cli.lookahead(DRAFT, session="fresh")
+    assert ahead == cli.lookahead(inserted, session="fresh", caret=after, fit_tokens=0), "bit for bit"
+    assert again == cli.lookahead(further, session="fresh", caret=further_caret, fit_tokens=0)
+
+
+def test_a_yielding_call_waiting_for_precomputation_stops_at_once_when_cancelled(monkeypatch):
+    from lookahead.in_process import speculator
+
+    monkeypatch.setattr(speculator, "wait", lambda timeout=None: False)  # precomputation that never ends
+    outcome = []
+
+    def asking() -> None:
+        try:
+            outcome.append(cli.lookahead(DRAFT, session="waiting", caret=CARETS["word end"], yielding=True))
+        except cli.Cancelled:
+            outcome.append("cancelled")
+
+    thread = threading.Thread(target=asking)
+    thread.start()
+    while not scheduler.running("waiting") and thread.is_alive():
+        time.sleep(0.001)
+    cli.cancel("waiting", "lookahead")
+    thread.join(60)
+    assert outcome == ["cancelled"] and not scheduler.running("waiting")
