@@ -38,7 +38,7 @@ class Recording:
     def __init__(self) -> None:
         self.received: list[tuple[str, object]] = []
 
-    def lookahead(self, request, precompute=False, partial=True):
+    def lookahead(self, request, precompute=False, partial=True, yielding=False):
         self.received.append(("lookahead", request))
         return {}
 
