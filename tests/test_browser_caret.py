@@ -28,9 +28,10 @@ def page(request, app_url):
         browser.close()
 
 
-def expect_suggestions_at(page, text: str, caret: int) -> dict:
-    """Wait until the page shows the engine's suggestions for `text` at `caret`, fit included; return them."""
-    expected = cli.lookahead(text, 5, 3, session="browser-expectation", caret=caret)
+def expect_suggestions_at(page, text: str, caret: int, messages: list[dict] | None = None) -> dict:
+    """Wait until the page shows the engine's suggestions for `text` at `caret` (in chat mode, a reply after
+    `messages`), fit included; return them."""
+    expected = cli.lookahead(text, 5, 3, session="browser-expectation", caret=caret, messages=messages)
     expect(page.locator("#text textarea")).to_have_value(text)
     for i, branch in enumerate(expected["branches"]):
         expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch), timeout=30_000)
@@ -78,3 +79,38 @@ def test_the_caret_drives_the_suggestions_and_a_branch_goes_in_there(page):
     expect(page.locator("#status")).not_to_contain_text("At the caret")  # back at the end of the text
     expect(page.locator("#branch-0")).to_have_text(
         branch_label(cli.lookahead(DRAFT, 5, 3, session="browser-expectation")["branches"][0]), timeout=30_000)
+
+
+def test_a_caret_inside_a_chat_reply(page):
+    question = "What is 2+2?"
+    type_text(page, question)
+    expect(page.locator("#branch-0")).not_to_have_text("", timeout=30_000)
+    page.locator("#chat-mode label").filter(has_text="chat").click()  # the text becomes the user's message
+    expect(page.locator("#conversation")).to_contain_text(question)
+    conversation = [{"role": "user", "content": question}]
+    reply = "The answer is 4, of course."
+    type_text(page, reply)
+    box = page.locator("#text textarea")
+    box.press("End")
+    caret = reply.index(" 4")
+    for _ in range(len(reply) - caret):
+        box.press("ArrowLeft")
+    shown = expect_suggestions_at(page, reply, caret, conversation)
+    page.locator("#branch-0").click()
+    branch = shown["branches"][0]["text"]
+    expect(box).to_have_value(reply[:caret] + branch + reply[caret:])
+    expect_suggestions_at(page, reply[:caret] + branch + reply[caret:], caret + len(branch), conversation)
+
+
+def test_typing_fast_in_the_middle_of_the_text_keeps_every_keystroke_where_it_was_typed(page):
+    """Each keystroke tells the server where the caret is; the page must not move the caret back there a few
+    frames later, when the next keystrokes have already moved it on."""
+    type_text(page, DRAFT)
+    box = page.locator("#text textarea")
+    box.press("Control+Home")
+    for _ in range(CARET):
+        box.press("ArrowRight")
+    typed = " quietly and slowly"
+    box.press_sequentially(typed, delay=8)
+    expect(box).to_have_value(DRAFT[:CARET] + typed + DRAFT[CARET:])
+    expect_suggestions_at(page, DRAFT[:CARET] + typed + DRAFT[CARET:], CARET + len(typed))

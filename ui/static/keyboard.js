@@ -6,7 +6,7 @@
 // the hidden button whose click (trigger_mode always_last) recomputes the suggestions.
 // The caret says where they are for: a character offset as Python counts them (code points; the textarea counts
 // UTF-16 units), "" at the end of the text, kept in the hidden #caret-sync box that the suggestions read. A caret
-// moved by a click or a key asks for new suggestions after a short pause, as typing does.
+// moved by a click, a key or a tap asks for new suggestions after a short pause, as typing does.
 const CARET_PAUSE_MS = 350;
 const caretSync = () => document.querySelector("#caret-sync textarea, #caret-sync input");
 
@@ -16,7 +16,7 @@ function syncCaret() {
   if (!box || !sync) return false;
   const at = box.selectionStart >= box.value.length ? "" : String([...box.value.slice(0, box.selectionStart)].length);
   if (sync.value === at) return false;
-  sync.value = at;
+  sync.value = window.caretFromWriter = at;  // place_caret.js leaves the caret alone for this value
   sync.dispatchEvent(new Event("input", { bubbles: true }));
   return true;
 }
@@ -36,8 +36,10 @@ document.addEventListener("input", (e) => {
     setTimeout(() => document.getElementById("text-edited")?.click(), 0);
   }
 });
-document.addEventListener("keyup", (e) => { if (inText(e)) caretMoved(); });
-document.addEventListener("mouseup", (e) => { if (inText(e)) caretMoved(); });
+// The caret moved by a click, a key, a tap or a phone's caret handle: each changes the selection.
+document.addEventListener("selectionchange", () => {
+  if (document.activeElement?.closest?.("#text")) caretMoved();
+});
 document.addEventListener("keydown", (e) => {
   if ((e.ctrlKey || e.metaKey) && e.key === "Enter") {
     document.getElementById("refresh")?.click();

@@ -1,7 +1,10 @@
 // An event's js= (the hidden #caret-sync box changed: a branch, a token or a continuation was inserted at the
 // caret): once the text box shows the new text, put its caret there (a character offset as Python counts them,
-// "" at the end; the textarea counts UTF-16 units, which differ after an emoji).
+// "" at the end; the textarea counts UTF-16 units, which differ after an emoji). A value the writer's own caret
+// wrote there (keyboard.js) is where the caret already is: moving it again a few frames later would undo the
+// keystrokes typed meanwhile.
 (caret) => {
+  if (caret === window.caretFromWriter) return caret;
   requestAnimationFrame(() => requestAnimationFrame(() => {
     const box = document.querySelector("#text textarea");
     if (!box) return;
