@@ -9,6 +9,7 @@ The page's handlers come first: each takes what it needs by name (ui/controls.py
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -69,6 +70,7 @@ READ_POLL_SECONDS = 1.0
 # While the writer reads, compute what each shown branch gives if taken (LOOKAHEAD_PRECOMPUTE=0: off).
 PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 FIT_TOKENS = 32  # tokens after the caret each branch's fit is measured on (the API's default)
+ANSWERS = itertools.count(1)  # numbers the suggestions shown (Suggestions.serial)
 
 
 class Suggestions(NamedTuple):
@@ -77,6 +79,9 @@ class Suggestions(NamedTuple):
     text: str
     result: dict
     caret: int | None  # a character offset into `text`; None: its end
+    # Each answer's own number: gradio signals a change of state only when its value differs, and what follows new
+    # suggestions (complete_at_caret) must follow every answer, one equal to the last included.
+    serial: int = 0
 
     @property
     def before(self) -> str:
@@ -99,7 +104,7 @@ def caret_in(text: str, caret: str | None) -> int | None:
 
 
 def caret_out(caret: int | None) -> str:
-    """A caret for the page's copy (caret.js places the text box's caret there)."""
+    """A caret for the page's copy (place_caret.js puts the text box's caret there)."""
     return "" if caret is None else str(caret)
 
 
@@ -245,10 +250,22 @@ def suggest(
     # After the branches, whose pass scored the text; a long text's colours come once it is read, and at a caret
     # they follow (complete_at_caret): the text after it may have to be read again first.
     heat = {} if result["partial"] or at is not None else show_heatmap(text, view, context, request, rescore=True)
-    return {shown_state: Suggestions(text, result, at), **branch_choices(result["branches"]),
+    return {shown_state: Suggestions(text, result, at, next(ANSWERS)), **branch_choices(result["branches"]),
             plot: distribution_plot(result["distribution"], forced_text(result)),
             status: status_line(result, ms, constraints.constraint, at), marker: caret_marker(text, at),
             read_timer: gr.Timer(active=bool(result["partial"])), **history_shown(history), **heat}
+
+
+def suggest_at_moved_caret(
+    text: str, caret: str | None, history: History, shape: BranchShape, sampling: SamplingSettings,
+    view: HeatmapView, context: Context, constraints: Constraints, request: gr.Request,
+) -> dict:
+    """The caret moved: the suggestions there. A caret move never changes the text: one that read a text other than
+    the history's was made while a click's insertion was on its way (whose own suggestions are shown now), or
+    before an edit whose own refresh follows."""
+    if text != history.text:
+        return gr.skip()
+    return suggest(text, caret, history, shape, sampling, view, context, constraints, request)
 
 
 def complete_at_caret(
@@ -1068,7 +1085,9 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                                  {shown_state, *branch_buttons, heatmap, heatmap_state}, while_continuing=gr.skip,
                                  concurrency_id="fit", concurrency_limit=EXPLANATIONS_AT_ONCE, show_progress="hidden"))
     text_edited.click(**suggestion)
-    caret_moved.click(**suggestion)
+    caret_moved.click(**handler(suggest_at_moved_caret, dict(text=text_box, caret=caret_sync, history=history_state,
+                                                             **settings),
+                                suggestion_outputs, while_continuing=gr.skip, trigger_mode="always_last"))
     # an insertion moved the caret past it: the text box shows it there
     caret_sync.change(None, caret_sync, None, js=PLACE_CARET_JS)
     gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit, by_fit.input], **suggestion)

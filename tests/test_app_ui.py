@@ -27,6 +27,7 @@ from app import (
     seed,
     send_reply,
     send_user_message,
+    suggest_at_moved_caret,
     switch_mode,
     take_branch,
     text_box,
@@ -143,6 +144,12 @@ def test_suggestions_are_inserted_at_the_caret_and_undo_restores_the_text_exactl
     assert at(update, text_box, caret_sync) == ("The cat 🐈! slept. Then it woke.", str(caret + 1))
     assert at(move(h, "undo"), text_box, caret_sync) == (DRAFT, ""), "undo: the text exactly, the caret at the end"
     assert at(move(h, "redo"), text_box)[0] == "The cat 🐈! slept. Then it woke."
+
+
+def test_a_caret_move_that_read_the_text_before_a_click_landed_is_skipped():
+    history = History.start("The cat ran", "m")  # a click's insertion: its own suggestions are shown
+    assert suggest_at_moved_caret("The cat", "4", history, None, None, None, None, None, None) == gr.skip()
+    assert history.text == "The cat ran" and len(history.nodes) == 1, "nothing recorded"
 
 
 def test_the_caret_the_page_sends():

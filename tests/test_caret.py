@@ -294,6 +294,8 @@ def test_the_page_shows_suggestions_at_a_caret_before_the_heatmap_reads_the_text
         [t["prob"] for t in fresh["tokens"][1:]], abs=1e-4)
     assert list(app.complete_at_caret(inserted, updates[0][app.shown_state], shape, sampling, view, context,
                                       constraints, request)) == [gr.skip()], "its own update comes back: nothing"
+    again = suggest(inserted, after, view)[app.shown_state]  # the same caret asked again (a fit cancelled)
+    assert again.serial != update[app.shown_state].serial, "a state of its own: what follows an answer follows it"
 
 
 def test_a_branch_taken_at_a_caret_is_answered_from_the_precomputed_result_exactly(embedded):
@@ -329,7 +331,7 @@ def test_a_branch_taken_at_a_caret_is_answered_from_the_precomputed_result_exact
 def test_a_yielding_call_waiting_for_precomputation_stops_at_once_when_cancelled(monkeypatch):
     from lookahead.in_process import speculator
 
-    monkeypatch.setattr(speculator, "wait", lambda timeout=None: False)  # precomputation that never ends
+    monkeypatch.setattr(speculator, "wait", lambda timeout=None, key=None: False)  # precomputation that never ends
     outcome = []
 
     def asking() -> None:
