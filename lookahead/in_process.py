@@ -80,12 +80,12 @@ class InProcess:
     def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
                   yielding: bool = False) -> dict:
         if yielding:
-            # After what is being precomputed (it makes the next click instant; as one more real request this call
-            # would stop it and drop the session's ready answers); then every module call waits while interactive
-            # work runs. Cancelled, it stops at once, waiting or not.
+            # After what is being precomputed for the session (it makes the next click instant; as one more real
+            # request this call would stop it and drop the ready answers); then every module call waits while
+            # interactive work runs. Cancelled, it stops at once, waiting or not.
             job = scheduler.start(request.session, "lookahead", request)
             try:
-                while not speculator.wait(CANCEL_POLL_SECONDS):
+                while not speculator.wait(CANCEL_POLL_SECONDS, request.key):
                     if job.cancelled:
                         raise Cancelled("the lookahead was cancelled")
                 with scheduler.sliced(job):

@@ -99,7 +99,7 @@ class Speculator:
         self._running = 0  # real requests being computed now
         self._idle = threading.Condition(self._lock)  # notified when a job is published or one ends
         self._pending: _Job | None = None  # the job the worker takes next
-        self._busy = False  # the worker is running a job
+        self._current: _Job | None = None  # the job the worker is running
         self._worker: threading.Thread | None = None  # started with the first job
         self.served = 0  # clicks answered from a ready answer
 
@@ -142,22 +142,26 @@ class Speculator:
                 self._worker.start()
             self._idle.notify_all()
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Until no job is waiting or under way (False if `timeout` seconds passed first)."""
+    def wait(self, timeout: float | None = None, key: Hashable | None = None) -> bool:
+        """Until no job (of session `key`, if given) is waiting or under way (False if `timeout` seconds passed
+        first)."""
         with self._lock:
-            return self._idle.wait_for(lambda: self._pending is None and not self._busy, timeout)
+            return self._idle.wait_for(
+                lambda: all(job is None or key not in (None, job.key) for job in (self._pending, self._current)),
+                timeout)
 
     def _work(self) -> None:
         """The worker: run the newest job, one at a time, for as long as the process lives."""
         while True:
             with self._lock:
                 self._idle.wait_for(lambda: self._pending is not None)
-                job, self._pending, self._busy = self._pending, None, True
+                job = self._current = self._pending
+                self._pending = None
             try:
                 self._run(*job)
             finally:
                 with self._lock:
-                    self._busy = False
+                    self._current = None
                     self._idle.notify_all()
 
     def _run(
