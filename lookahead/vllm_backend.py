@@ -339,7 +339,8 @@ class VLLMBackend:
         """Each branch's fit with the text after the caret (lookahead/branches.py), from the server's log-probabilities
         of that text's first tokens in one request: a prompt per branch (the context, the branch, then those
         tokens) and one without a branch."""
-        room = self._model(context.model).max_model_len - len(context.ids) - request.depth
+        # room for the branch, and for the one token a completion request generates
+        room = self._model(context.model).max_model_len - len(context.ids) - request.depth - 1
         follow = follow_ids(request, context.tokenizer, room)
         if not follow:
             return None
