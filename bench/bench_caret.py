@@ -1,9 +1,10 @@
-"""Suggestions at a caret inside a long text, in-process, precomputation off so that every click computes.
+"""Suggestions at a caret inside a long text, in-process.
 
 On a ~3k-token text whose session cache holds it whole:
   - a click at a caret in the middle (the branch inserted there, then the suggestions after it: without fit, as
     the page first asks on a CPU, and with it, one ask) against a click at the end (the branch appended, then the
-    suggestions after it), each the median of several, in one run;
+    suggestions after it), precomputation off so that every click computes; then both with precomputation, the
+    click made once the branches' answers are ready; each the median of several, alternated, in one run;
   - moving the caret and asking again: the tokens run (context_tokens - reused_tokens) and the seconds, without
     fit and with it;
   - the cost of `fit` (5 branches x 32 tokens): the same caret asked with fit_tokens=32 and with 0;
@@ -34,6 +35,7 @@ from bench_passes import memory_bandwidth_gb_s, weight_bytes  # noqa: E402
 
 import custom_llm_inference as cli  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
+from lookahead.in_process import speculator  # noqa: E402
 
 
 def timed(call) -> tuple[float, dict]:
@@ -47,21 +49,23 @@ def run(result: dict) -> int:
     return result["context_tokens"] - result["reused_tokens"]
 
 
-def click_at_end(text: str, session: str) -> float:
-    """Suggestions at the end of `text` (its cache held), then a click: the first branch appended and asked again."""
-    branch = cli.lookahead(text, session=session)["branches"][0]["text"]
+def click_at_end(text: str, session: str, precompute: bool = False) -> float:
+    """Suggestions at the end of `text` (its cache held), then a click: the first branch appended and asked again
+    (with `precompute`, once the branches' answers are ready, as after the writer read them)."""
+    branch = cli.lookahead(text, session=session, precompute=precompute)["branches"][0]["text"]
+    speculator.wait()
     return timed(lambda: cli.lookahead(text + branch, session=session))[0]
 
 
-def click_at_caret(text: str, caret: int, session: str, fit_tokens: int) -> float:
+def click_at_caret(text: str, caret: int, session: str, fit_tokens: int, precompute: bool = False) -> float:
     """Suggestions at `caret` (the whole text's cache held), then a click: the first branch inserted there and the
-    suggestions after it."""
-    branch = cli.lookahead(text, session=session, caret=caret)["branches"][0]["text"]
+    suggestions after it (with `precompute`, once ready)."""
+    shown = cli.lookahead(text, session=session, caret=caret, fit_tokens=fit_tokens, precompute=precompute)
+    speculator.wait()
+    branch = shown["branches"][0]["text"]
     inserted = text[:caret] + branch + text[caret:]
-    seconds = timed(lambda: cli.lookahead(inserted, session=session, caret=caret + len(branch),
-                                          fit_tokens=fit_tokens))[0]
-    cli.lookahead(text, session=session)  # the session's cache back to the whole text, as before the click
-    return seconds
+    return timed(lambda: cli.lookahead(inserted, session=session, caret=caret + len(branch),
+                                       fit_tokens=fit_tokens))[0]
 
 
 def main() -> None:
@@ -79,22 +83,27 @@ def main() -> None:
     n = len(tokenizer(text)["input_ids"])
     cli.lookahead(text, session="s")  # the session's cache holds the whole text
 
-    ends, carets, fitted = [], [], []
-    for _ in range(args.repeats):  # alternated, so all three see the same machine
-        ends.append(click_at_end(text, "s"))
-        carets.append(click_at_caret(text, middle, "s", 0))
-        fitted.append(click_at_caret(text, middle, "s", 32))
-    end = statistics.median(ends)
+    kinds = {  # name: (click, passes it runs: the new tokens' pass, depth - 1 = 2 tree steps, and the fit's)
+        "at the end": (lambda: click_at_end(text, "s"), 3),
+        "at a caret in the middle, without fit": (lambda: click_at_caret(text, middle, "s", 0), 3),
+        "at a caret in the middle, with fit (32 tokens)": (lambda: click_at_caret(text, middle, "s", 32), 4),
+        "at the end, precomputed": (lambda: click_at_end(text, "s", precompute=True), 0),
+        "at a caret in the middle, precomputed, without fit": (
+            lambda: click_at_caret(text, middle, "s", 0, precompute=True), 0),
+    }
+    times = {name: [] for name in kinds}
+    for _ in range(args.repeats):  # alternated, so all see the same machine
+        for name, (click, _) in kinds.items():
+            times[name].append(click())
+    end = statistics.median(times["at the end"])
     print(f"\n{n}-token text, caret at token ~{len(tokenizer(text[:middle])['input_ids'])}; median of {args.repeats}")
-    print("| click | passes | seconds | ratio to the end | weights GB/s (of bandwidth) |")
+    print("| click | passes | ms | ratio to the end | weights GB/s (of bandwidth) |")
     print("|---|---:|---:|---:|---:|")
-    # a click: the new tokens' pass, then depth - 1 = 2 tree steps (and the fit's pass)
-    for name, times, passes in [("at the end", ends, 3), ("at a caret in the middle, without fit", carets, 3),
-                                ("at a caret in the middle, with fit (32 tokens)", fitted, 4)]:
-        seconds = statistics.median(times)
+    for name, (_, passes) in kinds.items():
+        seconds = statistics.median(times[name])
         rate = passes * weights / seconds / 1e9
-        print(f"| {name} | {passes} | {seconds:.3f} | {seconds / end:.2f}× | {rate:.2f} "
-              f"({100 * rate / bandwidth:.0f}%) |")
+        print(f"| {name} | {passes} | {1000 * seconds:.0f} | {seconds / end:.2f}× | "
+              + (f"{rate:.2f} ({100 * rate / bandwidth:.0f}%) |" if passes else "— |"))
 
     cli.lookahead(text, session="s")
     moves = [text.index(" ", len(text) * i // 10) for i in (3, 7, 2, 5)]
