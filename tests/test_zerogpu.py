@@ -131,8 +131,8 @@ def test_a_lone_surrogate_gets_a_clear_message(space):
     """Browsers can send half a character; JSON carries it as an escape gradio_client cannot send."""
     url, log = space
     before = len(scheduled(log))
-    body = json.dumps(
-        {"data": ["ok\ud800", 3, 2, 1.0, 0, 1.0, 1.0, "greedy", 0, None, None, 0.0, 0.0, None, None, 32, None]}).encode()
+    arguments = ["ok\ud800", 3, 2, 1.0, 0, 1.0, 1.0, "greedy", 0, None, None, 0.0, 0.0, None, None, 32, None]
+    body = json.dumps({"data": arguments}).encode()
     post = urllib.request.Request(f"{url}gradio_api/call/lookahead", body, {"Content-Type": "application/json"})
     event_id = json.load(urllib.request.urlopen(post, timeout=30))["event_id"]
     stream = urllib.request.urlopen(f"{url}gradio_api/call/lookahead/{event_id}", timeout=60).read().decode()
