@@ -15,6 +15,7 @@ import math
 import os
 import secrets
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
@@ -31,12 +32,13 @@ from ui.chat import TEXT_LABELS, awaiting_user, started_by, with_reply, with_use
 from ui.constrain import PRESETS as CONSTRAINT_PRESETS
 from ui.constrain import TYPES as CONSTRAINT_TYPES
 from ui.constrain import VALUE_LABELS, constraint_from, describe, preset_fields
-from ui.controls import BranchShape, Constraints, Context, Controls, HeatmapView, SamplingSettings, by_name
+from ui.controls import BranchShape, Constraints, Context, Controls, Draft, HeatmapView, SamplingSettings, by_name
 from ui.errors import handled, refuse
 from ui.heatmap import HEATMAP_JS, HEATMAP_TEMPLATE, MODES, Shown, heatmap_message
 from ui.ordering import SessionOrder
 from ui.render import attribution_view, branch_label, caret_marker, distribution_plot, first_word, tree_view
 from ui.scripts import (
+    ANSWER_JS,
     BRANCH_WHY_JS,
     CARET_JS,
     CLICK_TOKEN_JS,
@@ -110,10 +112,26 @@ def caret_out(caret: int | None) -> str:
 
 def inserted(shown: Suggestions, piece: str, before: str | None = None) -> tuple[str, int | None]:
     """The text with `piece` inserted at the caret the suggestions were made for (after `before`, the text up to the
-    choice they show, if that differs), and the caret after the insertion (None: still the end)."""
+    choice they show, if that differs), joined as `joined` says, and the caret after the insertion (None: still
+    the end)."""
     start = shown.before if before is None else before
+    piece, space = joined(start, piece, shown.after)
     caret = None if shown.caret is None else len(start + piece)
-    return start + piece + shown.after, caret
+    return start + piece + space + shown.after, caret
+
+
+def joined(before: str, piece: str, after: str) -> tuple[str, str]:
+    """How an insertion reads right between the text before and after it: a space never doubled (one of two that
+    would meet is dropped), and a space between the insertion and the text after it where a letter or digit would
+    meet a letter or digit (a branch before "But" ends a word of its own). The insertion's own start is the
+    model's: a branch that goes on with a word ("walk" + "ing") is written as it is. Returns the piece as it goes
+    in, and the space that follows it ("" or " ")."""
+    if before.endswith(" ") and piece.startswith(" "):
+        piece = piece[1:]
+    if after.startswith(" ") and piece.endswith(" "):
+        piece = piece[:-1]
+    space = " " if piece and after and piece[-1].isalnum() and after[0].isalnum() else ""
+    return piece, space
 
 
 def node_settings(shown: Suggestions | None) -> dict:
@@ -220,26 +238,56 @@ def ask(
 
 
 def suggest(
-    text: str, caret: str | None, history: History, shape: BranchShape, sampling: SamplingSettings,
-    view: HeatmapView, context: Context, constraints: Constraints, request: gr.Request,
+    draft: Draft, history: History, shape: BranchShape, sampling: SamplingSettings, view: HeatmapView,
+    context: Context, constraints: Constraints, request: gr.Request,
 ) -> dict:
-    """Recompute everything for `text` at the caret: branches, plot, status, heatmap. A typing pause becomes a
+    """Recompute everything for the text at the caret: branches, plot, status, heatmap. A typing pause becomes a
     history node.
 
-    In chat mode `text` is the assistant's reply, after the conversation. What changed in the tree
-    goes to the browser's copy each time, so a reload keeps it.
+    In chat mode the text is the assistant's reply, after the conversation. What changed in the tree goes to the
+    browser's copy each time, so a reload keeps it. A box that still shows a text the session has moved past asks
+    for nothing: the answer on its way brings its own suggestions.
     """
+    text = draft.text
+    if draft.newest(history) != text:
+        return gr.skip()
     history.add(text, "type")
     messages = context.messages
-    at = caret_in(text, caret)
+    at = caret_in(text, draft.caret)
     if (not text and messages is None) or awaiting_user(context.chat_mode, text, context.conversation):
         waiting = ("Write the user's message below to continue the conversation." if messages is not None
                    else "Type something to see where the model could go next.")
         return {shown_state: None, **branch_choices([]), plot: "", status: waiting, **history_shown(history),
-                heatmap: "", heatmap_state: None, read_timer: gr.Timer(active=False), marker: ""}
+                heatmap: "", heatmap_state: None, read_timer: gr.Timer(active=False), marker: "",
+                text_base: str(history.current), answer_sync: answer_mark(next(ANSWERS), text)}
+    shown, ms = suggestions_for(text, at, shape, sampling, context, constraints, request)
+    result = shown.result
+    # After the branches, whose pass scored the text; a long text's colours come once it is read, and at a caret
+    # they follow (complete_at_caret): the text after it may have to be read again first.
+    heat = ({} if result["partial"] or shown.caret is not None
+            else show_heatmap(text, view, context, request, rescore=True))
+    return {shown_state: shown, **branch_choices(result["branches"]),
+            plot: distribution_plot(result["distribution"], forced_text(result)),
+            status: status_line(result, ms, constraints.constraint, shown.caret),
+            marker: caret_marker(text, shown.caret),
+            read_timer: gr.Timer(active=bool(result["partial"])), **history_shown(history), **heat,
+            text_base: str(history.current), answer_sync: answer_mark(shown.serial, text)}
+
+
+def answer_mark(serial: int, text: str) -> str:
+    """What tells the page an answer arrived and for which text (answer.js compares it with the box's text): its
+    number, and the CRC-32 of the text's UTF-16 code units, as the browser holds them."""
+    return f"{serial}:{zlib.crc32(text.encode('utf-16-le'))}"
+
+
+def suggestions_for(
+    text: str, at: int | None, shape: BranchShape, sampling: SamplingSettings, context: Context,
+    constraints: Constraints, request: gr.Request,
+) -> tuple[Suggestions, float]:
+    """The suggestions for `text` at the caret `at` with the page's settings, and the milliseconds they took."""
     if sampling.seed is None:
         raise refuse("Give a seed (a whole number, 0 or more).")
-    if at == 0 and messages is None:
+    if at == 0 and context.messages is None:
         at = None  # nothing before the caret to continue: suggestions for the end instead
     start = time.perf_counter()
     fit_tokens = 0 if at is not None and fit_after(context.model_name) else FIT_TOKENS  # then complete_at_caret's
@@ -247,25 +295,19 @@ def suggest(
     ms = 1000 * (time.perf_counter() - start)
     if shape.by_fit:
         result = {**result, "branches": ordered_by_fit(result["branches"])}
-    # After the branches, whose pass scored the text; a long text's colours come once it is read, and at a caret
-    # they follow (complete_at_caret): the text after it may have to be read again first.
-    heat = {} if result["partial"] or at is not None else show_heatmap(text, view, context, request, rescore=True)
-    return {shown_state: Suggestions(text, result, at, next(ANSWERS)), **branch_choices(result["branches"]),
-            plot: distribution_plot(result["distribution"], forced_text(result)),
-            status: status_line(result, ms, constraints.constraint, at), marker: caret_marker(text, at),
-            read_timer: gr.Timer(active=bool(result["partial"])), **history_shown(history), **heat}
+    return Suggestions(text, result, at, next(ANSWERS)), ms
 
 
 def suggest_at_moved_caret(
-    text: str, caret: str | None, history: History, shape: BranchShape, sampling: SamplingSettings,
-    view: HeatmapView, context: Context, constraints: Constraints, request: gr.Request,
+    draft: Draft, history: History, shape: BranchShape, sampling: SamplingSettings, view: HeatmapView,
+    context: Context, constraints: Constraints, request: gr.Request,
 ) -> dict:
     """The caret moved: the suggestions there. A caret move never changes the text: one that read a text other than
     the history's was made while a click's insertion was on its way (whose own suggestions are shown now), or
     before an edit whose own refresh follows."""
-    if text != history.text:
+    if draft.text != history.text:
         return gr.skip()
-    return suggest(text, caret, history, shape, sampling, view, context, constraints, request)
+    return suggest(draft, history, shape, sampling, view, context, constraints, request)
 
 
 def complete_at_caret(
@@ -329,21 +371,24 @@ def resend_heatmap(text: str, view: HeatmapView, context: Context, request: gr.R
     return show_heatmap(text, replace(view, shown=None), context, request)
 
 
-def heatmap_tokens(text: str, heatmap_shown: Shown | None) -> list[dict]:
-    """The heatmap's tokens, if it shows `text` (a click racing an edit is refused)."""
-    if not heatmap_shown or heatmap_shown.text != text:
-        raise refuse("The colours are being refreshed for your edit; try again in a moment.")
+def heatmap_tokens(heatmap_shown: Shown | None) -> list[dict]:
+    """The tokens the heatmap shows: a click acts on what the writer sees, even while the colours follow an edit."""
+    if not heatmap_shown:
+        raise refuse("The heatmap shows nothing yet: turn it on first.")
     return heatmap_shown.result["tokens"]
 
 
 def edited(history: History, caret: int | None = None) -> dict:
     """The text box, its caret and the history, after an edit recorded in the history."""
-    return {text_box: history.text, caret_sync: caret_out(caret), history_state: history}
+    return {text_box: history.text, caret_sync: caret_out(caret), text_base: str(history.current),
+            history_state: history}
 
 
-def rewind(text: str, heatmap_shown: Shown | None, history: History, event: gr.EventData) -> dict:
-    """Put the clicked alternative in place of its token, dropping what followed; the old text stays in the tree."""
-    tokens = heatmap_tokens(text, heatmap_shown)
+def rewind(heatmap_shown: Shown | None, history: History, event: gr.EventData) -> dict:
+    """Put the clicked alternative in place of its token in the text the heatmap shows, dropping what followed; the
+    old text stays in the tree."""
+    tokens = heatmap_tokens(heatmap_shown)
+    text = heatmap_shown.text
     index = int(event.index)
     if not 0 <= index < len(tokens):
         raise refuse("That token is no longer shown.")
@@ -366,19 +411,36 @@ def resend_history(history: History) -> dict:
     return {history_sync: history_changes(history, whole=True)}
 
 
-def shown_for(text: str, shown: Suggestions | None) -> Suggestions:
-    """The suggestions on screen, if they were computed for `text` (a click racing an edit is refused)."""
-    if not shown or shown.text != text:
-        raise refuse("The suggestions are being refreshed for your edit; try again in a moment.")
+def on_screen(shown: Suggestions | None) -> Suggestions:
+    """The suggestions the writer sees, whichever text they were made for (a "why?" asks about what is shown)."""
+    if not shown:
+        raise refuse("No suggestions are shown yet: write something first.")
     return shown
 
 
+def current(
+    draft: Draft, shown: Suggestions | None, history: History, shape: BranchShape, sampling: SamplingSettings,
+    context: Context, constraints: Constraints, request: gr.Request,
+) -> Suggestions:
+    """The suggestions a click applies to: those on screen when they were made for the text the click acts on, else
+    fresh ones for it, computed now. A click that came before an edit's suggestions (a paste, typing) waits for
+    them and applies to them, instead of being refused; its session's events ahead of it have run (ui/ordering.py)."""
+    text = draft.newest(history)
+    if shown and shown.text == text:
+        return shown
+    if (not text and context.messages is None) or awaiting_user(context.chat_mode, text, context.conversation):
+        raise refuse("Write something first: there is nothing to continue yet.")
+    history.add(text, "type")
+    return suggestions_for(text, caret_in(text, draft.caret) if text == draft.text else None, shape, sampling,
+                           context, constraints, request)[0]
+
+
 def take_branch(
-    index: int, text: str, shown: Suggestions | None, history: History, word: bool = False
+    index: int, shown: Suggestions, history: History, word: bool = False
 ) -> tuple[str, int | None, History]:
     """The text with branch `index` inserted at the caret, exactly as the engine spelled it (with `word`, only its
     first word), and the caret after it."""
-    result = shown_for(text, shown).result
+    result = shown.result
     if index >= len(result["branches"]):
         raise refuse("That branch is no longer shown.")
     branch = result["branches"][index]
@@ -394,14 +456,15 @@ def take_branch(
 
 
 def take_branch_and_suggest(
-    index: int, text: str, shown: Suggestions | None, history: History, shape: BranchShape,
+    index: int, draft: Draft, shown: Suggestions | None, history: History, shape: BranchShape,
     sampling: SamplingSettings, view: HeatmapView, context: Context, constraints: Constraints, request: gr.Request,
     word: bool = False,
 ) -> dict:
     """A click: the branch inserted at the caret and the new suggestions, in one event (at the end of the text they
     were precomputed while the writer read, so this is usually instant). `word`: the first branch's next word
     only. In chat mode a branch that ends the reply sends it as a turn."""
-    text, caret, history = take_branch(index, text, shown, history, word)
+    shown = current(draft, shown, history, shape, sampling, context, constraints, request)
+    text, caret, history = take_branch(index, shown, history, word)
     conversation = context.conversation
     replying = context.chat_mode == "chat" and conversation and conversation[-1]["role"] == "user"
     ends = shown.result["branches"][index].get("ends") and not word and shown.caret is None
@@ -409,24 +472,24 @@ def take_branch_and_suggest(
             else {text_box: text, caret_sync: caret_out(caret), conversation_state: conversation,
                   conversation_view: conversation})
     context = replace(context, conversation=turn[conversation_state])
-    return {**turn, **suggest(turn[text_box], turn.get(caret_sync, ""), history, shape, sampling, view, context,
-                              constraints, request)}
+    written = Draft(turn[text_box], turn[caret_sync], str(history.current))
+    return {**turn, **suggest(written, history, shape, sampling, view, context, constraints, request)}
 
 
 def take_word_and_suggest(
-    text: str, shown: Suggestions | None, history: History, shape: BranchShape, sampling: SamplingSettings,
+    draft: Draft, shown: Suggestions | None, history: History, shape: BranchShape, sampling: SamplingSettings,
     view: HeatmapView, context: Context, constraints: Constraints, request: gr.Request,
 ) -> dict:
     """Alt+W: the first branch's next word only, inserted at the caret, and the new suggestions."""
-    return take_branch_and_suggest(0, text, shown, history, shape, sampling, view, context, constraints, request,
+    return take_branch_and_suggest(0, draft, shown, history, shape, sampling, view, context, constraints, request,
                                    word=True)
 
 
 def took_turn(conversation: list[dict], history: History) -> dict:
     """A turn sent: recorded in the history, the box emptied for the next one."""
     history.add("", "turn", [], {"messages": conversation})
-    return {text_box: "", caret_sync: "", conversation_state: conversation, conversation_view: conversation,
-            history_state: history}
+    return {text_box: "", caret_sync: "", text_base: str(history.current), conversation_state: conversation,
+            conversation_view: conversation, history_state: history}
 
 
 def send_user_message(text: str, message: str, conversation: list[dict], history: History) -> dict:
@@ -450,16 +513,21 @@ def switch_mode(mode: str, text: str, conversation: list[dict] | None, history: 
         gr.Info("Chat: your text is now the user's first message, and the box holds the assistant's reply. "
                 "Undo brings your text back.")
         box["value"] = ""  # ... unless it moved into the conversation
-    return {chat_panel: gr.update(visible=mode == "chat"), text_box: box, caret_sync: "", conversation_state: opened,
+    return {text_base: str(history.current), chat_panel: gr.update(visible=mode == "chat"), text_box: box,
+            caret_sync: "", conversation_state: opened,
             conversation_view: opened, history_state: history}
 
 
-def force_token(text: str, shown: Suggestions | None, history: History, event: gr.EventData) -> dict:
+def force_token(
+    draft: Draft, shown: Suggestions | None, history: History, shape: BranchShape, sampling: SamplingSettings,
+    context: Context, constraints: Constraints, event: gr.EventData, request: gr.Request,
+) -> dict:
     """Insert the token clicked in the plot at the caret, whatever its probability."""
-    result = shown_for(text, shown).result
+    shown = current(draft, shown, history, shape, sampling, context, constraints, request)
+    result = shown.result
     entry = next((d for d in result["distribution"] if d["token_id"] == event.token_id), None)
     if entry is None:
-        raise refuse("That token is no longer shown.")
+        raise refuse("That token is no longer among the likeliest after your edit; click one the plot shows now.")
     if "\ufffd" in entry["token"]:
         raise refuse("That token is part of a character split over several tokens; take a branch instead.")
     if not entry.get("valid", True):
@@ -470,11 +538,11 @@ def force_token(text: str, shown: Suggestions | None, history: History, event: g
 
 
 def explain_token(
-    text: str, shown: Suggestions | None, method: str, context: Context, request: gr.Request,
-    event: gr.EventData, progress=gr.Progress(),
+    shown: Suggestions | None, method: str, context: Context, request: gr.Request, event: gr.EventData,
+    progress=gr.Progress(),
 ) -> dict:
     """"why?" beside a token in the plot: what in the text (before the caret) drives the model towards it."""
-    shown = shown_for(text, shown)
+    shown = on_screen(shown)
     entry = next((d for d in shown.result["distribution"] if d["token_id"] == event.token_id), None)
     if entry is None:
         raise refuse("That token is no longer shown.")
@@ -483,11 +551,11 @@ def explain_token(
 
 
 def explain_branch(
-    index: int, text: str, shown: Suggestions | None, method: str, context: Context, request: gr.Request,
+    index: int, shown: Suggestions | None, method: str, context: Context, request: gr.Request,
     progress=gr.Progress(),
 ) -> dict:
     """"why?" on a branch: what in the text (before the caret) drives the model towards the branch's first token."""
-    shown = shown_for(text, shown)
+    shown = on_screen(shown)
     result = shown.result
     if index is None or not 0 <= int(index) < len(result["branches"]):
         raise refuse("That branch is no longer shown.")
@@ -496,12 +564,13 @@ def explain_branch(
 
 
 def explain_heatmap_token(
-    text: str, heatmap_shown: Shown | None, method: str, context: Context, request: gr.Request,
-    event: gr.EventData, progress=gr.Progress(),
+    heatmap_shown: Shown | None, method: str, context: Context, request: gr.Request, event: gr.EventData,
+    progress=gr.Progress(),
 ) -> dict:
     """"why the first?" on a token of the heatmap: what in the text before it made the model expect its own
     first choice there."""
-    tokens = heatmap_tokens(text, heatmap_shown)
+    tokens = heatmap_tokens(heatmap_shown)
+    text = heatmap_shown.text
     index = int(event.index)
     if not 0 <= index < len(tokens) or tokens[index]["prob"] is None:
         raise refuse("That token is no longer shown.")
@@ -559,11 +628,12 @@ def leave(request: gr.Request) -> None:
     cli.cancel(session_key(request))
 
 
-def append_text(text: str, caret: str | None, extra: str, shown: Suggestions | None, history: History) -> dict:
+def append_text(draft: Draft, extra: str, shown: Suggestions | None, history: History) -> dict:
     """Insert the text typed beside Append at the caret (at the end, without one), as it is."""
     if not extra:
         raise refuse("Type the text to append first.")
-    at = caret_in(text, caret)
+    text = draft.newest(history)
+    at = caret_in(text, draft.caret) if text == draft.text else None
     new_text, at = inserted(Suggestions(text, {}, at), extra)
     history.add(new_text, "append", [], node_settings(shown if shown and shown.text == text else None))
     return {**edited(history, at), extra_box: ""}
@@ -585,8 +655,8 @@ def select_node(history: History, event: gr.EventData) -> dict:
 def at_node(history: History) -> dict:
     """The text box, the conversation (state and view) and the tree, as at the history's current node."""
     conversation = history.conversation()
-    return {text_box: history.text, caret_sync: "", conversation_state: conversation,
-            conversation_view: conversation, history_state: history}
+    return {text_box: history.text, caret_sync: "", text_base: str(history.current),
+            conversation_state: conversation, conversation_view: conversation, history_state: history}
 
 
 def clear(history: History) -> dict:
@@ -624,13 +694,14 @@ def restore(stored: str | None, history: History) -> dict:
 
 
 def continue_text(
-    text: str, caret: str | None, n_tokens: int, lossless: bool, history: History, context: Context,
-    constraints: Constraints, request: gr.Request,
+    draft: Draft, n_tokens: int, lossless: bool, history: History, context: Context, constraints: Constraints,
+    request: gr.Request,
 ) -> Iterator[dict]:
     """Stream a greedy continuation into the text (in chat mode, the reply) at the caret, then show which tokens
     came from accepted drafts."""
     messages = context.messages
-    at = caret_in(text, caret)
+    text = draft.newest(history)
+    at = caret_in(text, draft.caret) if text == draft.text else None
     if at == 0 and messages is None:
         at = None
     if awaiting_user(context.chat_mode, text, context.conversation) or (not text and messages is None):
@@ -659,8 +730,8 @@ def continue_text(
         + (" · stopped early to stay within the GPU time it asked for" if result["stopped_for_time"] else "")
         + (f" · stopped at {result['stop']!r}" if result["stop"] else "")
     )
-    yield {text_box: history.text, caret_sync: caret_out(at), continuation: gr.update(value=pieces, visible=True),
-           continuation_status: summary, history_state: history}
+    yield {text_box: history.text, caret_sync: caret_out(at), text_base: str(history.current),
+           continuation: gr.update(value=pieces, visible=True), continuation_status: summary, history_state: history}
 
 
 def fill_constraint(name: str | None) -> dict:
@@ -920,8 +991,13 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
             text_box = gr.Textbox(label="Your text", lines=8, max_lines=30, elem_id="text", value=DEFAULT_TEXT)
             # Where in the text the suggestions are for (keyboard.js keeps it; "" at the end), and where they go.
             caret_sync = gr.Textbox(visible="hidden", elem_id="caret-sync")
+            # The history node whose text the session last put in the box ("" once the writer edits: keyboard.js),
+            # so that an event sent before the answer to the one ahead of it acts on the newest text (Draft.newest).
+            text_base = gr.Textbox("0", visible="hidden", elem_id="text-base")
+            # Each answer's number: the page marks the suggestions stale on an edit until the next one arrives.
+            answer_sync = gr.Textbox(visible="hidden", elem_id="answer-sync")
             marker = gr.HTML(elem_id="caret-marker-view")
-            with gr.Row(equal_height=True):
+            with gr.Row(equal_height=True, elem_id="branches"):
                 branch_buttons = [
                     gr.Button(visible=False, elem_id=f"branch-{i}", elem_classes="branch-btn", size="sm",
                               min_width=100)
@@ -1019,6 +1095,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     constraint_state = gr.State(None)  # the constraint in force, as the API takes it (ui/constrain.py)
 
     # The controls that handlers take as one value each (ui/controls.py).
+    draft = Controls(Draft, text=text_box, caret=caret_sync, base=text_base)
     shape_controls = Controls(BranchShape, n_branches=n_branches, depth=depth, by_fit=by_fit)
     sampling_controls = Controls(
         SamplingSettings, temperature=temperature, top_k=top_k, top_p=top_p, repetition_penalty=repetition_penalty,
@@ -1058,23 +1135,25 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         fn = handled(fn)
         if outputs <= WHY_VIEW:
             options = {"concurrency_id": "explain", "concurrency_limit": EXPLANATIONS_AT_ONCE, **options}
-        elif SESSION_STATE & {*components, *outputs}:
-            fn = order.wrap(fn, long=options.get("concurrency_id") == "generate", while_long=while_continuing,
-                            arriving=None if completing else cancel_fit)
+        else:  # what is being refreshed shows on the status line alone: the writer's text is never covered
+            options = {"show_progress": "minimal", "show_progress_on": [status], **options}
+            if SESSION_STATE & {*components, *outputs}:
+                fn = order.wrap(fn, long=options.get("concurrency_id") == "generate", while_long=while_continuing,
+                                arriving=None if completing else cancel_fit, inputs=components)
         return {"fn": fn, "inputs": components, "outputs": outputs, "api_visibility": "private",
                 "concurrency_id": "interact", **options}
 
     settings = dict(shape=shape_controls, sampling=sampling_controls, view=heatmap_controls, context=context_controls,
                     constraints=constraint_controls)
     suggestion_outputs = {shown_state, *branch_buttons, plot, status, marker, heatmap, heatmap_state, history_state,
-                          tree, history_sync, read_timer}
+                          tree, history_sync, read_timer, text_base, answer_sync}
     # A refresh asked while the session's Continue writes is skipped: the Continue refreshes when it ends.
     # always_last: while one update runs, only the newest of those asked meanwhile runs next (with its own text: two
     # quick undos refresh for the text of the second, which "once", gradio's default, would have dropped).
-    suggestion = handler(suggest, dict(text=text_box, caret=caret_sync, history=history_state, **settings),
+    suggestion = handler(suggest, dict(draft=draft, history=history_state, **settings),
                          suggestion_outputs, while_continuing=gr.skip, trigger_mode="always_last")
-    at_node_outputs = {text_box, caret_sync, conversation_state, conversation_view, history_state}
-    edit_outputs = {text_box, caret_sync, history_state}
+    at_node_outputs = {text_box, caret_sync, text_base, conversation_state, conversation_view, history_state}
+    edit_outputs = {text_box, caret_sync, text_base, history_state}
     why_outputs = WHY_VIEW
 
     # New suggestions at a caret: their fit (where it came without) and the heatmap follow, in a group of their own,
@@ -1085,14 +1164,14 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                                  {shown_state, *branch_buttons, heatmap, heatmap_state}, while_continuing=gr.skip,
                                  concurrency_id="fit", concurrency_limit=EXPLANATIONS_AT_ONCE, show_progress="hidden"))
     text_edited.click(**suggestion)
-    caret_moved.click(**handler(suggest_at_moved_caret, dict(text=text_box, caret=caret_sync, history=history_state,
-                                                             **settings),
+    caret_moved.click(**handler(suggest_at_moved_caret, dict(draft=draft, history=history_state, **settings),
                                 suggestion_outputs, while_continuing=gr.skip, trigger_mode="always_last"))
     # an insertion moved the caret past it: the text box shows it there
     caret_sync.change(None, caret_sync, None, js=PLACE_CARET_JS)
+    answer_sync.change(None, answer_sync, None, js=ANSWER_JS)  # the suggestions are fresh again
     gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit, by_fit.input], **suggestion)
     # While a long text is read: the progress, then the exact suggestions, without greying the page every second.
-    read_timer.tick(show_progress="hidden", **suggestion)
+    read_timer.tick(**{**suggestion, "show_progress": "hidden"})
     demo.load(js=READ_STORED_JS, **handler(restore, dict(stored=history_sync, history=history_state),
                                            at_node_outputs)).then(**suggestion)
     history_sync.change(None, history_sync, None, js=SAVE_HISTORY_JS)
@@ -1107,35 +1186,36 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     for i, button in enumerate(branch_buttons):
         button.click(**handler(
             take_branch_and_suggest,
-            dict(index=gr.State(i), text=text_box, shown=shown_state, history=history_state, **settings),
+            dict(index=gr.State(i), draft=draft, shown=shown_state, history=history_state, **settings),
             taking_outputs,
         ))
     take_word.click(**handler(take_word_and_suggest,
-                              dict(text=text_box, shown=shown_state, history=history_state, **settings),
+                              dict(draft=draft, shown=shown_state, history=history_state, **settings),
                               taking_outputs))
     heatmap_inputs = dict(text=text_box, view=heatmap_controls, context=context_controls)
     gr.on([heatmap_on.input, heatmap_mode.input, threshold.release],
           **handler(show_heatmap, heatmap_inputs, {heatmap, heatmap_state}))
     heatmap_resync.click(**handler(resend_heatmap, heatmap_inputs, {heatmap, heatmap_state}))
-    heatmap.select(**handler(rewind, dict(text=text_box, heatmap_shown=heatmap_state, history=history_state),
+    heatmap.select(**handler(rewind, dict(heatmap_shown=heatmap_state, history=history_state),
                              edit_outputs)).success(**suggestion)
-    plot.click(**handler(force_token, dict(text=text_box, shown=shown_state, history=history_state),
+    plot.click(**handler(force_token, dict(draft=draft, shown=shown_state, history=history_state,
+                                           shape=shape_controls, sampling=sampling_controls, context=context_controls,
+                                           constraints=constraint_controls),
                          edit_outputs)).success(**suggestion)
-    plot.select(**handler(explain_token, dict(text=text_box, shown=shown_state, method=why_method,
-                                              context=context_controls), why_outputs))
+    plot.select(**handler(explain_token, dict(shown=shown_state, method=why_method, context=context_controls),
+                          why_outputs))
     why_branch.click(js=WHY_BRANCH_JS, **handler(
         explain_branch,
-        dict(index=why_branch_index, text=text_box, shown=shown_state, method=why_method, context=context_controls),
+        dict(index=why_branch_index, shown=shown_state, method=why_method, context=context_controls),
         why_outputs,
     ))
-    heatmap.click(**handler(explain_heatmap_token, dict(text=text_box, heatmap_shown=heatmap_state,
-                                                        method=why_method, context=context_controls), why_outputs))
+    heatmap.click(**handler(explain_heatmap_token, dict(heatmap_shown=heatmap_state, method=why_method,
+                                                        context=context_controls), why_outputs))
     why_method.input(**handler(explain, dict(question=why_state, method=why_method), why_outputs))
     why_stop.click(handled(stop_explaining), None, None, queue=False, api_visibility="private")
     demo.unload(leave)
     gr.on([append_button.click, extra_box.submit],
-          **handler(append_text, dict(text=text_box, caret=caret_sync, extra=extra_box, shown=shown_state,
-                                      history=history_state),
+          **handler(append_text, dict(draft=draft, extra=extra_box, shown=shown_state, history=history_state),
                     {*edit_outputs, extra_box})).success(**suggestion)
     undo_button.click(**handler(move, dict(history=history_state, step=gr.State("undo")),
                                 at_node_outputs)).success(**suggestion)
@@ -1157,9 +1237,10 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     gr.on([system_prompt.blur, model_choice.input], **suggestion)
     continue_button.click(**handler(
         continue_text,
-        dict(text=text_box, caret=caret_sync, n_tokens=n_tokens, lossless=lossless, history=history_state,
-             context=context_controls, constraints=constraint_controls),
-        {text_box, caret_sync, continuation, continuation_status, history_state}, concurrency_id="generate",
+        dict(draft=draft, n_tokens=n_tokens, lossless=lossless, history=history_state, context=context_controls,
+             constraints=constraint_controls),
+        {text_box, caret_sync, text_base, continuation, continuation_status, history_state}, concurrency_id="generate",
+        show_progress_on=[continuation_status],
     )).success(**suggestion)
 
     constraint_preset.input(**handler(fill_constraint, dict(name=constraint_preset),

@@ -18,6 +18,7 @@ from app import (
     force_token,
     history_state,
     import_history,
+    joined,
     matching_preset,
     move,
     ordered_by_fit,
@@ -34,7 +35,7 @@ from app import (
 )
 from history import History
 from ui.chat import awaiting_user, messages_for, with_user_message
-from ui.controls import SamplingSettings
+from ui.controls import Draft, SamplingSettings
 from ui.errors import handled
 from ui.render import branch_label, caret_marker, distribution_plot, first_word, insertion, tree_view, visible
 
@@ -93,32 +94,57 @@ def shown(text: str, caret: int | None = None, **extra) -> Suggestions:
     return Suggestions(text, {**result, **extra}, caret)
 
 
-def test_a_branch_is_appended_only_to_the_text_it_was_computed_for():
+def test_a_branch_is_appended_to_the_text_its_suggestions_were_made_for():
     h = History.start("The cat", "m")
-    text, caret, h = take_branch(1, "The cat", shown("The cat"), h)
+    text, caret, h = take_branch(1, shown("The cat"), h)
     assert caret is None, "at the end, the caret stays at the end"
     assert text == "The cat ran" and h.nodes[-1].token_ids == [3] and h.nodes[-1].settings["branch_mode"] == "greedy"
     assert h.nodes[-1].settings["model"] == "m", "each node records the model"
-    for args in [(0, "The cat was", shown("The cat")), (5, "The cat", shown("The cat")), (0, "The cat", None)]:
-        with pytest.raises(gr.Error):
-            take_branch(*args, h)
+    with pytest.raises(gr.Error):
+        take_branch(5, shown("The cat"), h)
+
+
+def token_click(text: str, suggestions: Suggestions, history: History, token_id: int) -> dict:
+    """A click on a plot token, with the suggestions on screen made for the box's text (nothing to compute)."""
+    return force_token(Draft(text, "", ""), suggestions, history, None, None, None, None,
+                       SimpleNamespace(token_id=token_id), None)
 
 
 def test_forcing_appends_the_clicked_token_and_refuses_broken_characters():
     h = History.start("The cat", "m")
-    text, h = at(force_token("The cat", shown("The cat"), h, SimpleNamespace(token_id=7)), text_box, history_state)
+    text, h = at(token_click("The cat", shown("The cat"), h, 7), text_box, history_state)
     assert text == "The cat dog" and h.nodes[-1].kind == "token" and h.nodes[-1].token_ids == [7]
     healed = shown("The cat ", healed_whitespace=" ")
-    assert force_token("The cat ", healed, History.start("The cat ", "m"),
-                       SimpleNamespace(token_id=7))[text_box] == "The cat dog"
+    assert token_click("The cat ", healed, History.start("The cat ", "m"), 7)[text_box] == "The cat dog"
     for token_id in (8, 99):
         with pytest.raises(gr.Error):
-            force_token("The cat dog", shown("The cat dog"), h, SimpleNamespace(token_id=token_id))
+            token_click("The cat dog", shown("The cat dog"), h, token_id)
     # a constraint wrote " sat," by itself before the choice the plot shows: a click writes both
     forced = shown("The cat ", healed_whitespace=" ", forced={"token_ids": [5, 6], "text": "sat,"})
     h = History.start("The cat ", "m")
-    text, h = at(force_token("The cat ", forced, h, SimpleNamespace(token_id=7)), text_box, history_state)
+    text, h = at(token_click("The cat ", forced, h, 7), text_box, history_state)
     assert text == "The cat sat, dog" and h.nodes[-1].token_ids == [5, 6, 7]
+
+
+def test_an_event_sent_before_the_answer_ahead_of_it_acts_on_the_newest_text():
+    """The box still shows the text the session wrote there before (the click left the page before the answer to
+    the click ahead of it arrived): the session's newest text counts. Once the writer edits, the box's text does."""
+    h = History.start("The cat", "m")
+    h.add("The cat sat", "branch")
+    assert Draft("The cat", "", "0").newest(h) == "The cat sat", "the box is behind: the newest text"
+    assert Draft("The cat sat", "", "1").newest(h) == "The cat sat"
+    assert Draft("The cat", "", "").newest(h) == "The cat", "the writer edited since (keyboard.js cleared the base)"
+    assert Draft("The cow", "", "0").newest(h) == "The cow", "an edit the base does not know of"
+    assert Draft("The cat", "", "7").newest(h) == "The cat", "a base from another tree (an import) is ignored"
+
+
+def test_insertions_read_right_between_the_words_around_them():
+    assert joined("She said", " that", "But") == (" that", " "), "a letter meets a letter: a space between"
+    assert joined("It was", " 1888", "!") == (" 1888", ""), "punctuation after it: nothing added"
+    assert joined("walk", "ing", " home") == ("ing", ""), "the insertion's start is the model's own"
+    assert joined("The cat ", " sat", "") == ("sat", ""), "a space never doubled before it"
+    assert joined("The", " cat ", " sat") == (" cat", ""), "... nor after it"
+    assert joined("a", "", "b") == ("", "")
 
 
 DRAFT = "The cat 🐈 slept. Then it woke."
@@ -127,20 +153,20 @@ DRAFT = "The cat 🐈 slept. Then it woke."
 def test_suggestions_are_inserted_at_the_caret_and_undo_restores_the_text_exactly():
     caret = DRAFT.index(" slept")
     h = History.start(DRAFT, "m")
-    text, new_caret, h = take_branch(1, DRAFT, shown(DRAFT, caret), h)
+    text, new_caret, h = take_branch(1, shown(DRAFT, caret), h)
     assert text == "The cat 🐈 ran slept. Then it woke." and new_caret == caret + len(" ran")
     assert text[new_caret:] == DRAFT[caret:], "the text after the caret is kept, byte for byte"
     assert h.nodes[-1].kind == "branch" and h.nodes[-1].settings["caret"] == caret
     # a word only, a plot token, and text typed beside Append go in at the caret too
-    text, new_caret, h = take_branch(0, DRAFT, shown(DRAFT, caret), History.start(DRAFT, "m"), word=True)
+    text, new_caret, h = take_branch(0, shown(DRAFT, caret), History.start(DRAFT, "m"), word=True)
     assert (text, new_caret) == ("The cat 🐈 sat slept. Then it woke.", caret + 4)
-    update = force_token(DRAFT, shown(DRAFT, caret), History.start(DRAFT, "m"), SimpleNamespace(token_id=7))
+    update = token_click(DRAFT, shown(DRAFT, caret), History.start(DRAFT, "m"), 7)
     assert at(update, text_box, caret_sync) == ("The cat 🐈 dog slept. Then it woke.", str(caret + 4))
-    healed = shown(DRAFT, caret + 1, healed_whitespace=" ")
-    update = force_token(DRAFT, healed, History.start(DRAFT, "m"), SimpleNamespace(token_id=7))
-    assert at(update, text_box, caret_sync) == ("The cat 🐈 dogslept. Then it woke.", str(caret + 4))
+    healed = shown(DRAFT, caret + 1, healed_whitespace=" ")  # before "slept": a space keeps the words apart
+    update = token_click(DRAFT, healed, History.start(DRAFT, "m"), 7)
+    assert at(update, text_box, caret_sync) == ("The cat 🐈 dog slept. Then it woke.", str(caret + 4))
     h = History.start(DRAFT, "m")
-    update = append_text(DRAFT, str(caret), "!", None, h)
+    update = append_text(Draft(DRAFT, str(caret), ""), "!", None, h)
     assert at(update, text_box, caret_sync) == ("The cat 🐈! slept. Then it woke.", str(caret + 1))
     assert at(move(h, "undo"), text_box, caret_sync) == (DRAFT, ""), "undo: the text exactly, the caret at the end"
     assert at(move(h, "redo"), text_box)[0] == "The cat 🐈! slept. Then it woke."
@@ -148,7 +174,7 @@ def test_suggestions_are_inserted_at_the_caret_and_undo_restores_the_text_exactl
 
 def test_a_caret_move_that_read_the_text_before_a_click_landed_is_skipped():
     history = History.start("The cat ran", "m")  # a click's insertion: its own suggestions are shown
-    assert suggest_at_moved_caret("The cat", "4", history, None, None, None, None, None, None) == gr.skip()
+    assert suggest_at_moved_caret(Draft("The cat", "4", ""), history, None, None, None, None, None, None) == gr.skip()
     assert history.text == "The cat ran" and len(history.nodes) == 1, "nothing recorded"
 
 

@@ -260,7 +260,7 @@ def test_the_page_shows_suggestions_at_a_caret_before_the_heatmap_reads_the_text
     the text after the caret read again, follows in its own event (with the branches' fit, on a CPU)."""
     import app
     from history import History
-    from ui.controls import BranchShape, Constraints, Context, HeatmapView, SamplingSettings
+    from ui.controls import BranchShape, Constraints, Context, Draft, HeatmapView, SamplingSettings
 
     _, tokenizer = embedded
     request = SimpleNamespace(session_hash="page at a caret")
@@ -270,8 +270,8 @@ def test_the_page_shows_suggestions_at_a_caret_before_the_heatmap_reads_the_text
     history = History.start(DRAFT, context.model_name)
 
     def suggest(text: str, caret: int | None, view: HeatmapView) -> dict:
-        return app.suggest(text, "" if caret is None else str(caret), history, shape, sampling, view, context,
-                           constraints, request)
+        return app.suggest(Draft(text, "" if caret is None else str(caret), ""), history, shape, sampling, view,
+                           context, constraints, request)
 
     shown_whole = suggest(DRAFT, None, view)[app.heatmap_state]  # the heatmap of the whole text, as shown
     view = replace(view, shown=shown_whole)

@@ -11,17 +11,19 @@ import json
 from ui.errors import refuse
 
 TYPES = ("choice", "regex", "json_schema", "grammar")
+# A preset that begins a value accepts the one space that separates it from the word before ("was 1888", not
+# "was1888"): the model then writes the space itself where the text needs one.
 PRESETS: dict[str, tuple[str, str]] = {
     "yes / no / maybe": ("choice", "yes\nno\nmaybe"),
-    "a date (YYYY-MM-DD)": ("regex", r"[0-9]{4}-[0-9]{2}-[0-9]{2}"),
-    "a phone number": ("regex", r"\([0-9]{3}\) [0-9]{3}-[0-9]{4}"),
+    "a date (YYYY-MM-DD)": ("regex", r" ?[0-9]{4}-[0-9]{2}-[0-9]{2}"),
+    "a phone number": ("regex", r" ?\([0-9]{3}\) [0-9]{3}-[0-9]{4}"),
     "a small JSON object": ("json_schema", json.dumps({
         "type": "object",
         "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
         "required": ["name", "age"],
         "additionalProperties": False,
     }, indent=1)),
-    "a sentence (Lark grammar)": ("grammar", 'start: "The answer is " ANSWER "."\nANSWER: "yes" | "no"'),
+    "a sentence (Lark grammar)": ("grammar", 'start: " "? "The answer is " ANSWER "."\nANSWER: "yes" | "no"'),
 }
 VALUE_LABELS = {
     "choice": "Options, one per line (exactly as they are to be written)",

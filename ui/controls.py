@@ -17,9 +17,28 @@ from typing import Any, Generic, TypeVar
 
 from gradio.components import Component
 
+from history import History
 from ui.chat import messages_for
 from ui.constrain import in_force, stop_strings
 from ui.heatmap import Shown
+
+
+@dataclass(frozen=True)
+class Draft:
+    """The text box as an event found it: its text, its caret, and the history node whose text the session last
+    put there (`base`; "" once the writer has edited since: keyboard.js clears it)."""
+
+    text: str
+    caret: str | None  # a character offset, as Python counts them; "" at the end (app.caret_in reads it)
+    base: str | None
+
+    def newest(self, history: History) -> str:
+        """The text the event acts on: the box's, unless the box still shows a text the session has moved past
+        (the event left the page before the answer to the one ahead of it arrived): then the session's newest,
+        as if the event had waited for the one before."""
+        behind = (self.base and self.base.isdigit() and int(self.base) < len(history.nodes)
+                  and history.nodes[int(self.base)].text == self.text)
+        return history.text if behind else self.text
 
 
 @dataclass(frozen=True)

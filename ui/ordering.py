@@ -5,6 +5,12 @@ import overwritten by an update still running on the old tree), but it also made
 wait for one another. Here the serialising is per session: handlers become coroutines
 that take their session's `asyncio.Lock` (first come, first served) before running the
 plain function in a worker thread, so gradio's concurrency limit can let many visitors in.
+
+Gradio reads an event's gr.State inputs before the handler starts, so before it waits for its turn, and writes
+its gr.State outputs after the handler returns, so after the turn has passed on. An event that waited would see
+what the session held before the events ahead of it ran (a click would act on suggestions already replaced).
+So a waiting event reads its session's states again once it has the turn, and an event writes the states it
+answers before it gives the turn up: each event sees everything the ones before it wrote.
 """
 
 from __future__ import annotations
@@ -13,9 +19,10 @@ import asyncio
 import contextlib
 import functools
 import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
+from gradio.components import State
 from gradio.context import LocalContext
 
 _DONE = object()
@@ -66,14 +73,17 @@ class SessionOrder:
         return len(self._locks)
 
     def wrap(self, fn: Callable, long: bool = False, while_long: Callable[[], object] | None = None,
-             arriving: Callable[[str], object] | None = None) -> Callable:
+             arriving: Callable[[str], object] | None = None, inputs: Sequence[object] = ()) -> Callable:
         """`fn` (a plain function or generator) as a gradio handler that waits for its session's turn.
 
         `long`: `fn` is a long event. A short one calls `while_long()` instead of waiting while its session has a
         long event (it returns the handler's answer, or raises the visitor's message). `arriving(session)` is
-        called as the event arrives, before it waits (to cancel work of the session it makes stale). The signature
+        called as the event arrives, before it waits (to cancel work of the session it makes stale). `inputs`: the
+        components behind `fn`'s first positional arguments; its gr.State ones are read again once the event has
+        its turn, and the gr.State values it answers are the session's before the turn passes on. The signature
         stays `fn`'s (functools.wraps), so gradio passes the same inputs, gr.Request and gr.EventData included.
         """
+        states = {i: component for i, component in enumerate(inputs) if isinstance(component, State)}
         def busy(session: str) -> bool:
             return not long and while_long is not None and self.busy_with_long(session)
 
@@ -88,9 +98,9 @@ class SessionOrder:
                     yield while_long()
                     return
                 async with self.turn(session, long):
-                    iterator = fn(*args, **kwargs)
+                    iterator = fn(*_fresh(args, states, session), **kwargs)
                     while (item := await anyio.to_thread.run_sync(next, iterator, _DONE)) is not _DONE:
-                        yield item
+                        yield _published(item, session)
 
             return stream
 
@@ -102,9 +112,35 @@ class SessionOrder:
             if busy(session):
                 return while_long()
             async with self.turn(session, long):
-                return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+                answer = await anyio.to_thread.run_sync(functools.partial(fn, *_fresh(args, states, session), **kwargs))
+                return _published(answer, session)
 
         return call
+
+
+def _session_state(session: str):
+    """The session's gradio state (gr.State values by block id), if the event runs inside gradio's app."""
+    blocks = LocalContext.blocks.get(None)
+    holder = getattr(blocks, "state_holder", None)
+    return holder[session] if holder is not None and session in holder else None
+
+
+def _fresh(args: tuple, states: dict[int, State], session: str) -> tuple:
+    """The handler's arguments with its gr.State inputs as the session holds them now."""
+    held = _session_state(session) if states else None
+    if held is None:
+        return args
+    return tuple(held[states[i]._id] if i in states else arg for i, arg in enumerate(args))
+
+
+def _published(answer: object, session: str) -> object:
+    """`answer` ({component: value}) unchanged, its gr.State values written to the session's state at once."""
+    held = _session_state(session) if isinstance(answer, dict) else None
+    if held is not None:
+        for component, value in answer.items():
+            if isinstance(component, State) and not (isinstance(value, dict) and "__type__" in value):
+                held[component._id] = value
+    return answer
 
 
 def _session() -> str:

@@ -34,6 +34,7 @@ IMPORT_HTML = static("import.html")
 DOWNLOAD_JS = static("download.js")
 CARET_JS = static("caret.js")
 PLACE_CARET_JS = static("place_caret.js")
+ANSWER_JS = static("answer.js")
 CSS = static("page.css")
 
 # The browser's copy of the history tree: one script whose value is {read, save}, each an event's js=.

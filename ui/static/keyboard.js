@@ -7,8 +7,21 @@
 // The caret says where they are for: a character offset as Python counts them (code points; the textarea counts
 // UTF-16 units), "" at the end of the text, kept in the hidden #caret-sync box that the suggestions read. A caret
 // moved by a click, a key or a tap asks for new suggestions after a short pause, as typing does.
+// An edit, a branch or a plot token taken: the suggestions on screen are stale at once, without a round trip, until
+// those for the text the box shows arrive (answer.js). The hidden #text-base box names the history node whose text
+// the session last put in the box; an edit empties it, so the server takes the box's text as the writer's newest.
 const CARET_PAUSE_MS = 350;
 const caretSync = () => document.querySelector("#caret-sync textarea, #caret-sync input");
+const markStale = () => document.body.classList.add("suggestions-stale");
+
+function writerEdited() {
+  markStale();
+  const base = document.querySelector("#text-base textarea, #text-base input");
+  if (base && base.value !== "") {
+    base.value = "";
+    base.dispatchEvent(new Event("input", { bubbles: true }));
+  }
+}
 
 function syncCaret() {
   const box = document.querySelector("#text textarea");
@@ -32,10 +45,17 @@ function caretMoved() {
 const inText = (e) => e.target.closest && e.target.closest("#text");
 document.addEventListener("input", (e) => {
   if (inText(e)) {
+    writerEdited();
     syncCaret();
     setTimeout(() => document.getElementById("text-edited")?.click(), 0);
   }
 });
+// Taking a branch or a plot token (a click, a tap, Alt+1…9): new suggestions are on their way.
+document.addEventListener("click", (e) => {
+  if (e.target.closest && e.target.closest(".branch-btn, #distribution [data-token-id]") && !e.target.closest(".why")) {
+    markStale();
+  }
+}, true);
 // The caret moved by a click, a key, a tap or a phone's caret handle: each changes the selection.
 document.addEventListener("selectionchange", () => {
   if (document.activeElement?.closest?.("#text")) caretMoved();
