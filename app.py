@@ -590,8 +590,9 @@ def before_choice(text: str, result: dict) -> str:
 
 def next_token_question(text: str, result: dict, token_id: int, context: Context) -> dict:
     """Why `token_id` next, as the suggestions on screen saw the text."""
+    shown_prob = next((d["prob"] for d in result["distribution"] if d["token_id"] == token_id), None)
     return {"text": before_choice(text, result), "target_token_id": token_id, "at_token": None, "where": None,
-            "messages": context.messages, "model_name": context.model_name}
+            "messages": context.messages, "model_name": context.model_name, "shown_prob": shown_prob}
 
 
 def explain(question: dict | None, method: str, request: gr.Request, progress=gr.Progress()) -> dict:
@@ -609,7 +610,8 @@ def explain(question: dict | None, method: str, request: gr.Request, progress=gr
                 progress((result["done"], result["of"]), desc=f"why? {method.replace('_', ' ')}", unit="passes")
     except cli.Cancelled:  # a newer question, Stop, or the tab closed: what the page shows stays
         return {why: gr.skip(), why_state: gr.skip()}
-    return {why: attribution_view(question["text"], result, question["where"]), why_state: question}
+    return {why: attribution_view(question["text"], result, question["where"], question.get("shown_prob")),
+            why_state: question}
 
 
 def still_continuing() -> None:

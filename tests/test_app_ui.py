@@ -59,7 +59,7 @@ def entry(token_id: int, token: str, prob: float, p_final: float | None = None) 
 def test_plot_shows_p_base_and_p_final_for_top_tokens_and_the_rest_as_other():
     plot = distribution_plot([entry(1, " the", 0.5, 0.7), entry(2, "\n", 0.2, 0.3), entry(3, " a", 0.1, 0.0)])
     assert "␣the" in plot and "↵" in plot and "50.0% →  70.0%" in plot
-    assert "other" in plot and "20.0% →   0.0%" in plot
+    assert "other" in plot and "20.0% →     0%" in plot
     assert 'data-token-id="3"' in plot and "cut" in plot and "opacity:.4" in plot
 
 
@@ -393,3 +393,27 @@ def test_the_heatmaps_window_moves_along_a_long_text():
     delta = json.loads(heatmap_message(longer, result2, "probability", 10, shown)[0])
     assert delta["first"] == 7 and delta["keep"] == HEATMAP_TOKENS + 5 and "… 7 earlier tokens …" in delta["earlier"]
     assert delta["spans"].count('class="tk') == 2
+
+
+def test_numbers_read_the_same_way_everywhere():
+    from ui.render import percent, times
+
+    assert [percent(p) for p in (0.281, 0.0005, 1.3e-07, 0.0)] == ["28.1%", "0.05%", "< 0.01%", "0%"]
+    assert [times(r) for r in (3_121_010, 12_400, 240.4, 2.46)] == ["3.1M×", "12k×", "240×", "2.5×"]
+    plot = distribution_plot([entry(1, " the", 0.999, 0.999), entry(2, " a", 1.3e-07, 1.3e-07)])
+    assert "< 0.01%" in plot and "e-0" not in plot
+    assert branch_label({"text": " a", "prob": 2e-6}).endswith("< 0.01%")
+
+
+def test_why_shows_the_explained_window_and_why_its_probability_differs_from_the_plots():
+    from ui.render import attribution_view
+
+    text = "one two three four"
+    tokens = [{"token": t, "start": s, "end": s + len(t), "score": score}
+              for t, s, score in [("one", 0, None), (" two", 3, None), (" three", 7, 0.7), (" four", 13, 0.3)]]
+    result = {"tokens": tokens, "target": {"token": " five", "token_id": 5, "prob": 0.374},
+              "method": "input_x_gradient", "window_tokens": 2}
+    view = attribution_view(text, result, shown_prob=0.281)
+    assert "⋯ 2 earlier tokens, outside the explained window" in view and ">one<" not in view
+    assert "last <b>2 tokens</b>" in view and "37.4%" in view and "the plot's 28.1% reads the whole text" in view
+    assert "the plot's" not in attribution_view(text, result, shown_prob=0.374)

@@ -20,8 +20,8 @@ from history import History
 from lookahead import reading
 from lookahead.in_process import reader
 from lookahead.scheduler import scheduler
-from ui.heatmap import HEATMAP_TOKENS, bucket, percent, shown_text
-from ui.render import branch_label, visible
+from ui.heatmap import HEATMAP_TOKENS, bucket, shown_text
+from ui.render import branch_label, percent, visible
 
 
 @pytest.fixture(scope="module")

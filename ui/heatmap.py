@@ -17,7 +17,7 @@ import json
 import math
 from typing import NamedTuple
 
-from ui.render import visible
+from ui.render import percent, times, visible
 from ui.scripts import static
 
 HEATMAP_TOKENS = 400  # the last this many tokens are shown: the update stays the same size however long the text
@@ -51,10 +51,6 @@ def bucket(token: dict, mode: str) -> int | None:
     if mode == "rank":
         return next(i for i, (bound, _, _) in enumerate(RANK_BUCKETS) if token["rank"] <= bound)
     return next(i for i, (bound, _, _) in enumerate(PROBABILITY_BUCKETS) if token["prob"] >= bound)
-
-
-def percent(p: float) -> str:
-    return f"{100 * p:.1f}%" if p >= 0.001 else f"{100 * p:.2g}%"
 
 
 def shown_text(token_text: str) -> str:
@@ -174,7 +170,7 @@ def disagreements_view(tokens: list[dict], threshold: float) -> str:
         rows.append(
             f'<div style="margin:2px 0">{html.escape(visible(token["token"]))} ({percent(token["prob"])}) — the model '
             f'preferred <button class="alt" data-index="{i}" data-token-id="{top["token_id"]}">'
-            f'{html.escape(visible(top["token"]))} {percent(top["prob"])}</button> ({gap:,.0f}× likelier)</div>'
+            f'{html.escape(visible(top["token"]))} {percent(top["prob"])}</button> ({times(gap)} likelier)</div>'
         )
     heading = f"<b>Where the model disagreed</b> (its choice at least {threshold:g}× likelier than yours)"
     body = "".join(rows) or '<div style="color:var(--body-text-color-subdued)">Nowhere, at this threshold.</div>'

@@ -30,6 +30,26 @@ def visible(text: str) -> str:
     return text.translate(VISIBLE_WHITESPACE)
 
 
+def percent(p: float, digits: int = 1) -> str:
+    """A probability as a person reads it, the same way everywhere: "28.1%", "0.05%", "< 0.01%" (never 1.3e-05%)."""
+    if p == 0:
+        return "0%"
+    if p < 0.0001:
+        return "< 0.01%"
+    return f"{100 * p:.{digits if p >= 0.01 else 2}f}%"
+
+
+RATIO_UNITS = ((1e9, "B"), (1e6, "M"), (1e3, "k"))
+
+
+def times(ratio: float) -> str:
+    """How many times likelier, as a person reads it: "3.1M×", "12k×", "240×", "2.5×"."""
+    for size, unit in RATIO_UNITS:
+        if ratio >= size:
+            return f"{ratio / size:.{1 if ratio < 10 * size else 0}f}{unit}×"
+    return f"{ratio:.{1 if ratio < 10 else 0}f}×"
+
+
 def distribution_plot(distribution: list[dict], forced: str | None = None) -> str:
     """p_base and p_final bars for the top tokens and the rest ("other"); cut tokens greyed, and those a
     constraint refuses marked ✗. Rows are clickable. `forced`: the text a constraint writes by itself first;
@@ -65,12 +85,12 @@ def distribution_plot(distribution: list[dict], forced: str | None = None) -> st
         title = "the constraint refuses it" if refused else f"append {html.escape(token)}"
         attrs = f'data-token-id="{entry["token_id"]}" title="{title}"' if entry else ""
         style = ROW_STYLE + (";cursor:pointer" if entry else "") + ("" if kept else ";opacity:.4")
-        final_text = "    ✗" if refused else f"{100 * p_final:5.1f}%" if kept else "  cut"
+        final_text = "    ✗" if refused else f"{percent(p_final):>6}" if kept else "  cut"
         html_rows.append(
             f'<div class="dist-row" {attrs} style="{style}">'
             f'<span style="{TOKEN_STYLE}">{html.escape(token)}</span>'
             f'<span style="{TRACK_STYLE}">{bar(BASE_COLOR, p_base)}{bar(FINAL_COLOR, p_final)}</span>'
-            f'<span style="{PCT_STYLE}">{100 * p_base:5.1f}% → {final_text}</span>'
+            f'<span style="{PCT_STYLE}">{percent(p_base):>6} → {final_text}</span>'
             + (f'<span class="why" title="why? what in the text drives this token" style="{WHY_STYLE}">why?</span>'
                if entry else "")
             + "</div>"
@@ -101,7 +121,7 @@ def tree_view(history: History, rows: int = TREE_ROWS) -> str:
         siblings = kids[node.parent]
         fork = ("└ " if node.id == siblings[-1] else "├ ") if len(siblings) > 1 else ""
         here = node.id == history.current
-        style = f"padding-left:{indent}em;white-space:pre;overflow:hidden;text-overflow:ellipsis;cursor:pointer"
+        style = f"padding-left:{indent}em;white-space:pre-wrap;overflow-wrap:anywhere;cursor:pointer"
         if node.id in path:
             style += ";font-weight:600;color:var(--color-accent)"
         marker = "▶ " if here else "  "
@@ -139,7 +159,7 @@ def branch_label(branch: dict) -> str:
     p_final = branch.get("p_final", branch["prob"])
     end = END_MARK if branch.get("ends") else STOP_MARK if branch.get("stop") else ""
     fit = f"  ·  fit {branch['fit']:+.2f}" if branch.get("fit") is not None else ""
-    return f"{visible(branch['text'])}{end}  ·  " + (f"{100 * p_final:.0f}%" if p_final > 0 else "cut") + fit
+    return f"{visible(branch['text'])}{end}  ·  " + (percent(p_final, 0) if p_final > 0 else "cut") + fit
 
 
 WORD = re.compile(r"\s*(\w+|[^\w\s]+)")
@@ -167,34 +187,41 @@ def caret_marker(text: str, caret: int | None) -> str:
 
 
 
-def attribution_view(text: str, result: dict, where: str | None = None) -> str:
-    """The text coloured by each token's share of the explanation, and the strongest few listed.
+def attribution_view(text: str, result: dict, where: str | None = None, shown_prob: float | None = None) -> str:
+    """The explained window of the text coloured by each token's share of the explanation (the text before it, which
+    the explanation did not read, left out), and the strongest few listed.
 
     `where`: the writer's token at the place explained (the heatmap's "why the first?"), if not after the text.
+    `shown_prob`: the probability the plot shows for the token, read over the whole text: where the window's
+    differs, the heading says why.
     """
     tokens = [t for t in result["tokens"] if t["score"] is not None]
     top = max((t["score"] for t in tokens), default=0.0) or 1.0
-    spans = []
-    for t in result["tokens"]:
+    earlier = len(result["tokens"]) - len(tokens)
+    spans = [f'<div class="why-earlier" style="color:var(--body-text-color-subdued)">⋯ {earlier:,} earlier '
+             f'token{"s" * (earlier != 1)}, outside the explained window</div>'] if earlier else []
+    for t in tokens:
         piece = text[t["start"] : t["end"]]
         if not piece:
             continue
-        alpha = 0.0 if t["score"] is None else t["score"] / top
-        share = "before the window" if t["score"] is None else f"{100 * t['score']:.1f}%"
-        spans.append(f'<span title="{html.escape(visible(t["token"]))}: {share}" style="background:'
-                     f'rgba(234,88,12,{0.85 * alpha:.2f});border-radius:2px;white-space:pre-wrap">'
+        spans.append(f'<span title="{html.escape(visible(t["token"]))}: {percent(t["score"])}" style="background:'
+                     f'rgba(234,88,12,{0.85 * t["score"] / top:.2f});border-radius:2px;white-space:pre-wrap">'
                      f'{html.escape(piece)}</span>')
     strongest = sorted(tokens, key=lambda t: -t["score"])[:STRONGEST]
-    listed = " · ".join(f"<b>{html.escape(visible(t['token']))}</b> {100 * t['score']:.0f}%" for t in strongest)
-    target = result["target"]
-    question = (f"Why the model expected <b>{html.escape(visible(target['token']))}</b> ({100 * target['prob']:.1f}%) "
-                f"where you wrote <b>{html.escape(visible(where))}</b>" if where is not None else
-                f"Why <b>{html.escape(visible(target['token']))}</b> ({100 * target['prob']:.1f}%) next")
+    listed = " · ".join(f"<b>{html.escape(visible(t['token']))}</b> {percent(t['score'], 0)}" for t in strongest)
+    target, window = result["target"], result["window_tokens"]
+    token = f"<b>{html.escape(visible(target['token']))}</b>"
+    question = (f"Why the model expected {token} where you wrote <b>{html.escape(visible(where))}</b>"
+                if where is not None else f"Why {token} next")
+    method = result["method"].replace("_", " ") + (f", {result['steps']} steps"
+                                                   if result["method"] == "integrated_gradients" else "")
+    differs = shown_prob is not None and earlier and percent(shown_prob) != percent(target["prob"])
     return (
-        f'<div id="why" style="font-size:13px"><div style="margin-bottom:6px">{question}: '
-        f'{result["method"].replace("_", " ")}'
-        + (f", {result['steps']} steps" if result["method"] == "integrated_gradients" else "")
-        + f", over the last {result['window_tokens']} tokens</div>"
+        f'<div id="why" style="font-size:13px"><div style="margin-bottom:6px">{question}: {method}, over the '
+        f"last <b>{window:,} tokens</b>, where the model gives it {percent(target['prob'])}"
+        + (f" (the plot's {percent(shown_prob)} reads the whole text: the {earlier:,} earlier tokens change it)"
+           if differs else "")
+        + "</div>"
         f'<div style="line-height:1.7;max-height:220px;overflow:auto">{"".join(spans)}</div>'
         f'<div style="margin-top:6px">Strongest: {listed}</div></div>'
     )
