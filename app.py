@@ -175,21 +175,25 @@ def matching_preset(sampling: SamplingSettings) -> dict:
 
 
 def status_line(result: dict, ms: float, constraint: dict | None, caret: int | None = None) -> str:
-    """Where the suggestions came from: the model, the device, the context and the time they took."""
+    """Where the suggestions came from: the model, the device, what it read and the time it took. A partial answer
+    says which of the text's tokens it read, its own time, and how far the whole text's read has got."""
+    partial = result.get("partial")
+    if partial:
+        read, total = partial["read_tokens"], partial["context_tokens"]
+        read_line = (f"⏳ **Partial:** from the last {partial['window_tokens']:,} of {total:,} tokens in "
+                     f"{1000 * partial['seconds']:.0f} ms, while the whole text is read ({read:,} of {total:,} "
+                     f"tokens, {100 * read // total}%); the exact suggestions follow")
+    else:
+        read_line = (f"{result['context_tokens']:,} context tokens · {result['reused_tokens']:,} reused · "
+                     f"{ms:.0f} ms")
     line = (
-        ("" if caret is None else f"At the caret (character {caret}) · ")
-        + f"**{result['model']}** on {result['device']} · {result['context_tokens']} context tokens · "
-        f"{result['reused_tokens']} reused · {ms:.0f} ms · branches {result['branch_mode']}"
+        ("" if caret is None else f"At the caret (character {caret:,}) · ")
+        + f"**{result['model']}** on {result['device']} · {read_line} · branches {result['branch_mode']}"
         + (f" (seed {result['seed']})" if result["branch_mode"] == "sample" else "")
     )
     if constraint is not None:
         line += f" · constrained ({constraint['type']})"
-    partial = result.get("partial")
-    if partial:
-        read, total = partial["read_tokens"], partial["context_tokens"]
-        line += (f" · ⏳ **Partial:** from the last {partial['window_tokens']} tokens while the whole text is read "
-                 f"({read} of {total} tokens, {100 * read // total}%); the exact suggestions follow")
-    elif result["notice"]:
+    if result["notice"] and not partial:
         line += f" · ⚠️ {result['notice']}"
     return line
 

@@ -9,6 +9,7 @@ Each session's KV cache, precomputed answers and constraint matchers are kept in
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
@@ -306,7 +307,9 @@ def _partial_lookahead(request: LookaheadRequest, read: Read) -> dict:
     result = read.answers.get(request)
     if result is None:
         model, _ = load_model(request.model_name)
+        start = time.perf_counter()
         result = _lookahead(request, store=Unkept(), window=reader.window(request.model, model))
+        result = {**result, "partial": {**result["partial"], "seconds": time.perf_counter() - start}}
         read.answers = {request: result}
     partial = {**result["partial"], "read_tokens": read.read_tokens}
     notice = (f"Partial: from the text's last {partial['window_tokens']} tokens, while all "

@@ -35,7 +35,7 @@ def expect_suggestions_for(page, text: str, messages: list[dict] | None = None, 
     for i, branch in enumerate(expected["branches"]):
         expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch), timeout=30_000)
     expect(page.locator("#branch-5")).to_be_hidden()
-    expect(page.locator("#status")).to_contain_text(f"{expected['context_tokens']} context tokens")
+    expect(page.locator("#status")).to_contain_text(f"{expected['context_tokens']:,} context tokens")
     return expected
 
 

@@ -460,7 +460,7 @@ def test_a_long_paste_answers_at_once_labelled_partial_then_exactly(page, monkey
     type_text(page, text)
     status = page.locator("#status")
     expect(status).to_contain_text("Partial", timeout=60_000)
-    expect(status).to_contain_text("128 context tokens")
+    expect(status).to_contain_text("from the last 128 of")
     expect(status).not_to_contain_text("(0 of")  # a later ask shows the read's progress
     page.screenshot(path=SCREENSHOT.with_name("partial.png"), full_page=True)
     expect(status).not_to_contain_text("Partial", timeout=120_000)

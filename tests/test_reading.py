@@ -60,7 +60,8 @@ def test_a_long_text_answers_from_its_last_tokens_then_exactly_both_as_transform
     n = len(ids_of(TEXT[:-1], tokenizer))  # its trailing space is healed
     first, exact = read_all(TEXT, "A", n_branches=3, depth=3)
     assert first["partial"] == {"window_tokens": WINDOW, "context_tokens": n, "read_tokens": first["partial"]
-                                ["read_tokens"]}
+                                ["read_tokens"], "seconds": first["partial"]["seconds"]}
+    assert first["partial"]["seconds"] > 0, "the first answer's own model time, kept for the calls after it"
     assert first["context_tokens"] == WINDOW and "Partial" in first["notice"]
     assert_matches_reference(first, reference_lookahead(model, tokenizer, TEXT, 3, 3, dropped=n - WINDOW), 3)
     assert exact["partial"] is None and exact["notice"] == ""
