@@ -9,10 +9,29 @@ The page's handlers come first: each takes what it needs by name (ui/controls.py
 from __future__ import annotations
 
 import argparse
+import os
+
+
+def parse_arguments() -> argparse.Namespace:
+    """`python app.py`'s command line; --help answers before gradio and the model's libraries load."""
+    parser = argparse.ArgumentParser(description="Serve the Interactive Lookahead Text Generator.")
+    parser.add_argument("--backend", default=os.environ.get("LOOKAHEAD_BACKEND") or "in-process",
+                        help="where the model runs (LOOKAHEAD_BACKEND): in-process (the default), or vllm (a vLLM "
+                             "server)")
+    parser.add_argument("--server-url", default=os.environ.get("LOOKAHEAD_SERVER_URL"),
+                        help="the vLLM server's OpenAI-compatible URL, e.g. http://localhost:8000/v1 "
+                             "(LOOKAHEAD_SERVER_URL)")
+    parser.add_argument("--mcp", action="store_true",
+                        help="also serve the endpoints as MCP tools at /gradio_api/mcp/ (or GRADIO_MCP_SERVER=true)")
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    ARGUMENTS = parse_arguments()
+
 import itertools
 import json
 import math
-import os
 import secrets
 import time
 import zlib
@@ -36,6 +55,7 @@ from ui.controls import BranchShape, Constraints, Context, Controls, Draft, Heat
 from ui.errors import handled, refuse
 from ui.heatmap import HEATMAP_JS, HEATMAP_TEMPLATE, MODES, Shown, heatmap_message
 from ui.ordering import SessionOrder
+from ui.preparing import Preparation
 from ui.render import attribution_view, branch_label, caret_marker, distribution_plot, first_word, tree_view
 from ui.scripts import (
     ANSWER_JS,
@@ -44,8 +64,10 @@ from ui.scripts import (
     CLICK_TOKEN_JS,
     CSS,
     DOWNLOAD_JS,
+    FOLD_ON_PHONE_JS,
     IMPORT_HTML,
     IMPORT_JS,
+    KEEP_SETTINGS_JS,
     KEYBOARD_JS,
     PLACE_CARET_JS,
     READ_STORED_JS,
@@ -73,6 +95,7 @@ READ_POLL_SECONDS = 1.0
 PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 FIT_TOKENS = 32  # tokens after the caret each branch's fit is measured on (the API's default)
 ANSWERS = itertools.count(1)  # numbers the suggestions shown (Suggestions.serial)
+PREPARATION = Preparation()  # the model's, in the background from launch: the page answers at once
 
 
 class Suggestions(NamedTuple):
@@ -258,6 +281,11 @@ def suggest(
     history.add(text, "type")
     messages = context.messages
     at = caret_in(text, draft.caret)
+    if PREPARATION.failure:
+        raise refuse(f"The model could not be prepared ({PREPARATION.failure}); the terminal says more.")
+    if PREPARATION.step:  # asked again every second (read_timer) until the model is ready
+        return {status: f"⏳ {PREPARATION.step} Your suggestions appear by themselves when it is ready.",
+                read_timer: gr.Timer(active=True), **history_shown(history), text_base: str(history.current)}
     if (not text and messages is None) or awaiting_user(context.chat_mode, text, context.conversation):
         waiting = ("Write the user's message below to continue the conversation." if messages is not None
                    else "Type something to see where the model could go next.")
@@ -686,17 +714,29 @@ def import_history(history: History, event: gr.EventData) -> dict:
     return at_node(imported)
 
 
-def restore(stored: str | None, history: History) -> dict:
-    """The tree this browser kept (READ_STORED_JS reads it), if it has a readable one.
+def restore(stored: str | None, settings: str | None, history: History) -> dict:
+    """The tree this browser kept (READ_STORED_JS reads it), if it has a readable one, and the settings kept with
+    it: the heatmap switch, and chat mode (whose conversation the tree holds).
 
-    Without one the box is left as it is: the writer may have started typing before the page
+    Without a tree the box is left as it is: the writer may have started typing before the page
     finished loading (under load, this event can wait in the queue for seconds).
     """
     try:
         restored = History.from_json(stored) if stored else None
     except ValueError:
         restored = None  # written by another version of the app: start afresh
-    return at_node(restored) if restored else {history_state: history}
+    try:
+        kept = json.loads(settings) if settings else {}
+    except ValueError:
+        kept = {}
+    page = at_node(restored) if restored else {history_state: history}
+    if kept.get("heatmap_on") is True:
+        page[heatmap_on] = True
+    if kept.get("chat_mode") in CHAT_MODES and restored:
+        mode = kept["chat_mode"]
+        page |= {chat_mode: mode, chat_panel: gr.update(visible=mode == "chat"),
+                 text_box: gr.update(value=restored.text, label=TEXT_LABELS[mode])}
+    return page
 
 
 def continue_text(
@@ -969,10 +1009,11 @@ def api_attribution(
 
 
 with gr.Blocks(title="Interactive Lookahead") as demo:
-    gr.Markdown(
+    gr.Markdown(  # the keys' hints are hidden on a touch screen (page.css)
         "## Interactive Lookahead\nWrite, and see where the model could go next, at the end of your text or "
-        "wherever you put the caret. Click a branch (or press **Alt+1…9**) or any token in the plot to insert it; "
-        "**Alt+W** takes the first branch's next word only; **Ctrl+Enter** refreshes."
+        "wherever you put the caret. Click a branch or any token in the plot to insert it"
+        '<span class="keys"> (or press <b>Alt+1…9</b>; <b>Alt+W</b> takes the first branch\'s next word only; '
+        "<b>Ctrl+Enter</b> refreshes)</span>."
     )
     shown_state = gr.State(None)  # the Suggestions behind the buttons on screen
     heatmap_state = gr.State(None)  # what the page's heatmap shows (ui/heatmap.py's Shown)
@@ -982,8 +1023,9 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     # The tree also lives in this browser's localStorage, so a reload picks up where it left off:
     # each update sends it what changed (history.changes), and SAVE_HISTORY_JS keeps the copy.
     history_sync = gr.Textbox(visible="hidden", elem_id="history-sync")
-    with gr.Row():
-        with gr.Column(scale=3):
+    settings_sync = gr.Textbox(visible="hidden", elem_id="settings-sync")  # carries the kept settings to restore
+    with gr.Row(elem_id="main-row"):  # on a phone: the text, its suggestions and the plot first (page.css)
+        with gr.Column(scale=3, elem_id="writer-column"):
             chat_mode = gr.Radio(list(CHAT_MODES), value="plain text", label="Write", elem_id="chat-mode")
             with gr.Group(visible=False) as chat_panel:
                 system_prompt = gr.Textbox(label="System prompt", lines=1, elem_id="system-prompt")
@@ -1009,49 +1051,54 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                               min_width=100)
                     for i in range(MAX_BUTTONS)
                 ]
-            with gr.Row():
-                refresh_button = gr.Button("Refresh (Ctrl+Enter)", elem_id="refresh", size="sm")
-                text_edited = gr.Button(elem_id="text-edited")  # hidden: pressed by KEYBOARD_JS on every edit
-                caret_moved = gr.Button(elem_id="caret-moved")  # hidden: pressed by KEYBOARD_JS when the caret moves
-                take_word = gr.Button(elem_id="take-word")  # hidden: pressed by KEYBOARD_JS on Alt+W
-                history_resync = gr.Button(elem_id="history-resync")  # hidden: pressed by SAVE_HISTORY_JS
-                undo_button = gr.Button("Undo", elem_id="undo", size="sm")
-                redo_button = gr.Button("Redo", elem_id="redo", size="sm")
-                clear_button = gr.Button("Clear", elem_id="clear", size="sm")
-            with gr.Row(equal_height=True):
-                extra_box = gr.Textbox(show_label=False, placeholder="Text to insert at the caret as is…",
-                                       elem_id="extra", scale=4)
-                append_button = gr.Button("Append", elem_id="append", size="sm", scale=1, min_width=90)
             status = gr.Markdown(elem_id="status")
             read_timer = gr.Timer(READ_POLL_SECONDS, active=False)  # on while the suggestions shown are partial
-            with gr.Row():
-                n_tokens = gr.Number(64, minimum=1, maximum=256, step=1, precision=0, label="Tokens to continue")
-                lossless = gr.Checkbox(True, label="Lookahead decoding (same text, fewer passes)")
-                stops = gr.Textbox(label="Stop at (one per line; \\n is a newline)", lines=1, max_lines=4,
-                                   elem_id="stops", placeholder="e.g. .")
-                continue_button = gr.Button("Continue", elem_id="continue", variant="primary", scale=0, min_width=140)
-            continuation = gr.HighlightedText(
-                label="Last continuation: where each token came from", color_map=SOURCE_COLORS,
-                combine_adjacent=False, show_legend=True, elem_id="continuation", visible=False,
-            )
-            continuation_status = gr.Markdown(elem_id="continuation-status")
-            with gr.Accordion("History (click a line to go back there)", open=True):
-                tree = gr.HTML(elem_id="history-tree", js_on_load=SELECT_NODE_JS)
+            with gr.Column(elem_id="writer-tools"):
                 with gr.Row():
-                    export_button = gr.Button("Export JSON", elem_id="export", size="sm", scale=0, min_width=120)
-                    importer = gr.HTML(IMPORT_HTML, elem_id="import", js_on_load=IMPORT_JS)
-            with gr.Accordion("Your text through the model's eyes", open=True):
+                    refresh_button = gr.Button("Refresh", elem_id="refresh", size="sm")
+                    text_edited = gr.Button(elem_id="text-edited")  # hidden: pressed by KEYBOARD_JS on every edit
+                    caret_moved = gr.Button(elem_id="caret-moved")  # hidden: pressed by KEYBOARD_JS as the caret moves
+                    take_word = gr.Button(elem_id="take-word")  # hidden: pressed by KEYBOARD_JS on Alt+W
+                    history_resync = gr.Button(elem_id="history-resync")  # hidden: pressed by SAVE_HISTORY_JS
+                    undo_button = gr.Button("Undo", elem_id="undo", size="sm")
+                    redo_button = gr.Button("Redo", elem_id="redo", size="sm")
+                    clear_button = gr.Button("Clear", elem_id="clear", size="sm")
                 with gr.Row(equal_height=True):
-                    heatmap_on = gr.Checkbox(False, label="Colour my text by the model's probabilities",
-                                             elem_id="heatmap-on")
-                    heatmap_mode = gr.Radio(list(MODES), value="probability", label="Colour by", elem_id="heatmap-mode")
-                    threshold = gr.Slider(2, 1000, value=10, step=1, elem_id="threshold",
-                                          label="Disagreement: the model's choice at least this many times likelier")
-                heatmap = gr.HTML("", html_template=HEATMAP_TEMPLATE, elem_id="heatmap", js_on_load=HEATMAP_JS)
-                heatmap_resync = gr.Button(elem_id="heatmap-resync")  # hidden: pressed by HEATMAP_JS
-        with gr.Column(scale=2):
-            gr.Markdown("**Next token**")
-            plot = gr.HTML(elem_id="plot", js_on_load=CLICK_TOKEN_JS)
+                    extra_box = gr.Textbox(show_label=False, placeholder="Text to insert at the caret as is…",
+                                           elem_id="extra", scale=4)
+                    append_button = gr.Button("Append", elem_id="append", size="sm", scale=1, min_width=90)
+                with gr.Row():
+                    n_tokens = gr.Number(64, minimum=1, maximum=256, step=1, precision=0, label="Tokens to continue")
+                    lossless = gr.Checkbox(True, label="Lookahead decoding (same text, fewer passes)")
+                    stops = gr.Textbox(label="Stop at (one per line; \\n is a newline)", lines=1, max_lines=4,
+                                       elem_id="stops", placeholder="e.g. .")
+                    continue_button = gr.Button("Continue", elem_id="continue", variant="primary", scale=0,
+                                                min_width=140)
+                continuation = gr.HighlightedText(
+                    label="Last continuation: where each token came from", color_map=SOURCE_COLORS,
+                    combine_adjacent=False, show_legend=True, elem_id="continuation", visible=False,
+                )
+                continuation_status = gr.Markdown(elem_id="continuation-status")
+                with gr.Accordion("History (click a line to go back there)", open=True, elem_id="history-panel"):
+                    tree = gr.HTML(elem_id="history-tree", js_on_load=SELECT_NODE_JS)
+                    with gr.Row():
+                        export_button = gr.Button("Export JSON", elem_id="export", size="sm", scale=0, min_width=120)
+                        importer = gr.HTML(IMPORT_HTML, elem_id="import", js_on_load=IMPORT_JS)
+                with gr.Accordion("Your text through the model's eyes", open=True, elem_id="heatmap-panel"):
+                    with gr.Row(equal_height=True):
+                        heatmap_on = gr.Checkbox(False, label="Colour my text by the model's probabilities",
+                                                 elem_id="heatmap-on")
+                        heatmap_mode = gr.Radio(list(MODES), value="probability", label="Colour by",
+                                                elem_id="heatmap-mode")
+                        threshold = gr.Slider(
+                            2, 1000, value=10, step=1, elem_id="threshold",
+                            label="Disagreement: the model's choice at least this many times likelier")
+                    heatmap = gr.HTML("", html_template=HEATMAP_TEMPLATE, elem_id="heatmap", js_on_load=HEATMAP_JS)
+                    heatmap_resync = gr.Button(elem_id="heatmap-resync")  # hidden: pressed by HEATMAP_JS
+        with gr.Column(scale=2, elem_id="side-column"):
+            with gr.Column(elem_id="plot-column"):
+                gr.Markdown("**Next token**")
+                plot = gr.HTML(elem_id="plot", js_on_load=CLICK_TOKEN_JS)
             with gr.Accordion("Why? (“why?” beside a token, on a branch, or in the heatmap)", open=True,
                               elem_id="why-panel"):
                 with gr.Row():
@@ -1064,7 +1111,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                 why_branch_index = gr.Number(visible=False)  # the branch asked about, read by WHY_BRANCH_JS
             model_choice = gr.Dropdown(cli.available_models(), value=cli.default_model_name(), label="Model",
                                        elem_id="model")
-            with gr.Accordion("Sampling", open=True):
+            with gr.Accordion("Sampling", open=True, elem_id="sampling-panel"):
                 preset = gr.Radio(PRESET_NAMES, value="greedy", label="Preset", elem_id="preset")
                 temperature = gr.Slider(0.05, 2.0, value=1.0, step=0.05, label="Temperature", elem_id="temperature")
                 top_k = gr.Slider(0, cli.MAX_TOP_K, value=0, step=1, label="Top-k (0 = off)", elem_id="top-k")
@@ -1178,9 +1225,12 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     gr.on([refresh_button.click, n_branches.release, depth.release, seed.submit, by_fit.input], **suggestion)
     # While a long text is read: the progress, then the exact suggestions, without greying the page every second.
     read_timer.tick(**{**suggestion, "show_progress": "hidden"})
-    demo.load(js=READ_STORED_JS, **handler(restore, dict(stored=history_sync, history=history_state),
-                                           at_node_outputs)).then(**suggestion)
+    demo.load(js=READ_STORED_JS, **handler(restore, dict(stored=history_sync, settings=settings_sync,
+                                                         history=history_state),
+                                           {*at_node_outputs, heatmap_on, chat_mode, chat_panel})).then(**suggestion)
+    gr.on([heatmap_on.change, chat_mode.change], None, [heatmap_on, chat_mode], None, js=KEEP_SETTINGS_JS)
     history_sync.change(None, history_sync, None, js=SAVE_HISTORY_JS)
+    demo.load(None, None, None, js=FOLD_ON_PHONE_JS)
     history_resync.click(**handler(resend_history, dict(history=history_state), {history_sync}))
     preset.input(**handler(apply_preset, dict(name=preset), set(sampling_controls) - {seed})).then(**suggestion)
     gr.on(
@@ -1279,26 +1329,18 @@ def concurrency() -> int:
 
 
 def launch(**kwargs):
-    """Start the app with its keyboard shortcuts and styles (Gradio 6 takes them at launch). In-process, the model
-    loads first, and what a first answer to a long text may read is timed while the machine is idle."""
+    """Start the app with its keyboard shortcuts and styles (Gradio 6 takes them at launch). The page answers at
+    once; in-process, the model is prepared in the background meanwhile (PREPARATION), and what a first answer to
+    a long text may read is timed while the machine is still idle."""
     if isinstance(cli.backend(), InProcess):
-        cli.backend().warm_up()
+        PREPARATION.start(cli.backend().warm_up())
     queued = demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=concurrency())
     return queued.launch(head=KEYBOARD_JS + BRANCH_WHY_JS, css=CSS, **kwargs)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description="Serve the Interactive Lookahead Text Generator.")
-    parser.add_argument("--backend", choices=cli.BACKENDS, default=os.environ.get("LOOKAHEAD_BACKEND") or "in-process",
-                        help="where the model runs (LOOKAHEAD_BACKEND): in this process, or on a vLLM server")
-    parser.add_argument("--server-url", default=os.environ.get("LOOKAHEAD_SERVER_URL"),
-                        help="the vLLM server's OpenAI-compatible URL, e.g. http://localhost:8000/v1 "
-                             "(LOOKAHEAD_SERVER_URL)")
-    parser.add_argument("--mcp", action="store_true",
-                        help="also serve the endpoints as MCP tools at /gradio_api/mcp/ (or GRADIO_MCP_SERVER=true)")
-    arguments = parser.parse_args()
     try:
-        cli.use_backend(arguments.backend, arguments.server_url)
+        cli.use_backend(ARGUMENTS.backend, ARGUMENTS.server_url)
     except ValueError as error:
-        parser.error(str(error))
-    launch(mcp_server=arguments.mcp or None)  # None: gradio reads GRADIO_MCP_SERVER
+        raise SystemExit(f"app.py: error: {error}") from None
+    launch(mcp_server=ARGUMENTS.mcp or None)  # None: gradio reads GRADIO_MCP_SERVER

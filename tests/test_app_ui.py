@@ -12,10 +12,12 @@ from app import (
     apply_preset,
     caret_in,
     caret_sync,
+    chat_mode,
     chat_panel,
     conversation_state,
     conversation_view,
     force_token,
+    heatmap_on,
     history_state,
     import_history,
     joined,
@@ -272,11 +274,21 @@ def test_a_stored_tree_is_restored_and_an_unreadable_one_ignored():
     saved = History.start("from last visit", "m")
     saved.add("from last visit, more", "append")
     fresh = History.start("default", "m")
-    text, conversation, restored = at(restore(saved.to_json(), fresh), text_box, conversation_state, history_state)
+    text, conversation, restored = at(restore(saved.to_json(), None, fresh), text_box, conversation_state,
+                                      history_state)
     assert text == "from last visit, more" and restored == saved
     unchanged = {history_state: fresh}
-    assert restore('{"format": "something else"}', fresh) == unchanged, "the box is left as it is"
-    assert restore(None, fresh) == unchanged
+    assert restore('{"format": "something else"}', None, fresh) == unchanged, "the box is left as it is"
+    assert restore(None, None, fresh) == unchanged
+
+
+def test_a_reload_keeps_the_heatmap_switch_and_chat_mode():
+    saved = History.start("", "m")
+    send_user_message("", "What is 2+2?", [], saved)
+    kept = restore(saved.to_json(), '{"heatmap_on": true, "chat_mode": "chat"}', History.start("default", "m"))
+    assert kept[heatmap_on] is True and kept[chat_mode] == "chat" and kept[chat_panel]["visible"]
+    assert kept[conversation_state] == [{"role": "user", "content": "What is 2+2?"}]
+    assert restore(saved.to_json(), "not json", History.start("default", "m")).get(heatmap_on) is None
 
 
 

@@ -26,6 +26,7 @@ def head_script(name: str) -> str:
 
 KEYBOARD_JS = head_script("keyboard.js")
 BRANCH_WHY_JS = head_script("branch_why.js")
+FOLD_ON_PHONE_JS = static("fold_on_phone.js")
 WHY_BRANCH_JS = static("why_branch.js")
 CLICK_TOKEN_JS = static("click_token.js")
 SELECT_NODE_JS = static("select_node.js")
@@ -41,5 +42,6 @@ CSS = static("page.css")
 HISTORY_SYNC_JS = static("history_sync.js")
 READ_STORED_JS = f"({HISTORY_SYNC_JS}).read"
 SAVE_HISTORY_JS = f"({HISTORY_SYNC_JS}).save"
+KEEP_SETTINGS_JS = f"({HISTORY_SYNC_JS}).keep"
 # The localStorage key of that copy, as the script spells it (the browser tests read the copy by it).
 STORAGE_KEY: str = json.loads(re.search(r"const STORAGE_KEY = (\"[^\"]+\")", HISTORY_SYNC_JS).group(1))

@@ -1,9 +1,11 @@
 // The browser's copy of the writer's history tree, kept in localStorage so that a reload picks up where it
-// left off. An expression: {read, save}, whose members are the js= of two events in app.py (ui/scripts.py
-// loads them): `read` hands the stored copy to the page's load event, `save` applies each history sync
-// message. Its fields: docs/architecture.md, "Page state messages".
+// left off, and the page's settings that a reload keeps with it (the heatmap switch, chat mode). An expression:
+// {read, save, keep}, whose members are the js= of events in app.py (ui/scripts.py loads them): `read` hands the
+// stored copies to the page's load event, `save` applies each history sync message, `keep` stores the settings.
+// The sync message's fields: docs/architecture.md, "Page state messages".
 (() => {
   const STORAGE_KEY = "interactive-lookahead-history";  // ui/scripts.py reads it from here
+  const SETTINGS_KEY = "interactive-lookahead-settings";
   const VERSION = 1;  // of the messages this script reads (history.py's SYNC_VERSION)
   const resync = () => document.getElementById("history-resync")?.click();  // asks for the whole tree
   const stored = () => {
@@ -33,5 +35,10 @@
     }
     try { localStorage.setItem(STORAGE_KEY, JSON.stringify(tree)); } catch (e) { console.warn("history not kept:", e); }
   };
-  return {read: (_, history) => [localStorage.getItem(STORAGE_KEY), history], save};
+  const keep = (heatmapOn, chatMode) => {
+    const settings = JSON.stringify({heatmap_on: heatmapOn, chat_mode: chatMode});
+    try { localStorage.setItem(SETTINGS_KEY, settings); } catch (e) { console.warn("settings not kept:", e); }
+  };
+  const read = (_, __, history) => [localStorage.getItem(STORAGE_KEY), localStorage.getItem(SETTINGS_KEY), history];
+  return {read, save, keep};
 })()
