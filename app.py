@@ -1239,15 +1239,17 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         **handler(matching_preset, dict(sampling=sampling_controls), {preset}),
     ).then(**suggestion)
     taking_outputs = {text_box, caret_sync, conversation_state, conversation_view, *suggestion_outputs}
+    # Every click counts, one on a button whose last click is still running included (gradio's "once" would drop
+    # it): each waits its session's turn and applies to the text the one before it left.
     for i, button in enumerate(branch_buttons):
         button.click(**handler(
             take_branch_and_suggest,
             dict(index=gr.State(i), draft=draft, shown=shown_state, history=history_state, **settings),
-            taking_outputs,
+            taking_outputs, trigger_mode="multiple",
         ))
     take_word.click(**handler(take_word_and_suggest,
                               dict(draft=draft, shown=shown_state, history=history_state, **settings),
-                              taking_outputs))
+                              taking_outputs, trigger_mode="multiple"))
     heatmap_inputs = dict(text=text_box, view=heatmap_controls, context=context_controls)
     gr.on([heatmap_on.input, heatmap_mode.input, threshold.release],
           **handler(show_heatmap, heatmap_inputs, {heatmap, heatmap_state}))
@@ -1257,7 +1259,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     plot.click(**handler(force_token, dict(draft=draft, shown=shown_state, history=history_state,
                                            shape=shape_controls, sampling=sampling_controls, context=context_controls,
                                            constraints=constraint_controls),
-                         edit_outputs)).success(**suggestion)
+                         edit_outputs, trigger_mode="multiple")).success(**suggestion)
     plot.select(**handler(explain_token, dict(shown=shown_state, method=why_method, context=context_controls),
                           why_outputs))
     why_branch.click(js=WHY_BRANCH_JS, **handler(

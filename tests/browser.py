@@ -59,3 +59,34 @@ def wait_for(condition, seconds: float = 60.0):
             return value
         time.sleep(0.02)
     raise AssertionError("the page's work did not get there in time")
+
+
+def inserted_at(text: str, caret: int | None, piece: str) -> tuple[str, int | None]:
+    """`text` with `piece` inserted at `caret` (None: the end) as the page inserts it (app.joined), and the caret
+    after it."""
+    from app import Suggestions, inserted
+
+    return inserted(Suggestions(text, {}, caret), piece)
+
+
+# Samples the page every 50 ms while updates run (watch_page, then samples): what the writer sees of their text, and
+# whether anything covers or greys it, the branches or the plot, and any error toast.
+WATCH_JS = """() => {
+  window.pageSamples = [];
+  const covering = (id) => [...document.querySelectorAll(`#${id} [data-testid=status-tracker]`)]
+    .some((tracker) => !tracker.classList.contains("hide") && tracker.getBoundingClientRect().height > 0);
+  window.pageWatch = setInterval(() => window.pageSamples.push({
+    text: document.querySelector("#text textarea").value,
+    covered: ["text", "branches", "plot", "history-tree"].filter(covering),
+    errors: [...document.querySelectorAll(".toast-body.error")].map((toast) => toast.innerText),
+  }), 50);
+}"""
+
+
+def watch_page(page) -> None:
+    page.evaluate(WATCH_JS)
+
+
+def samples(page) -> list[dict]:
+    """What watch_page saw since it started; it stops watching."""
+    return page.evaluate("() => { clearInterval(window.pageWatch); return window.pageSamples; }")

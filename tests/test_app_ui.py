@@ -135,9 +135,17 @@ def test_an_event_sent_before_the_answer_ahead_of_it_acts_on_the_newest_text():
     h.add("The cat sat", "branch")
     assert Draft("The cat", "", "0").newest(h) == "The cat sat", "the box is behind: the newest text"
     assert Draft("The cat sat", "", "1").newest(h) == "The cat sat"
-    assert Draft("The cat", "", "").newest(h) == "The cat", "the writer edited since (keyboard.js cleared the base)"
+    assert Draft("The cat", "", "~1").newest(h) == "The cat", "the writer deleted the branch they had received"
     assert Draft("The cow", "", "0").newest(h) == "The cow", "an edit the base does not know of"
     assert Draft("The cat", "", "7").newest(h) == "The cat", "a base from another tree (an import) is ignored"
+    pasted = History.start("", "m")
+    pasted.add("A long paste", "type")
+    pasted.add("A long paste and a branch", "branch")
+    pasted.add("A long paste and a branch, and another", "branch")
+    assert Draft("A long paste", "", "~0").newest(pasted) == pasted.text, "clicks sent before the first answer came"
+    typed = History.start("The cat", "m")
+    typed.add("The cat sat", "type")
+    assert Draft("The cat", "", "~0").newest(typed) == "The cat", "the writer deleted what they typed"
 
 
 def test_insertions_read_right_between_the_words_around_them():

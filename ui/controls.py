@@ -25,20 +25,37 @@ from ui.heatmap import Shown
 
 @dataclass(frozen=True)
 class Draft:
-    """The text box as an event found it: its text, its caret, and the history node whose text the session last
-    put there (`base`; "" once the writer has edited since: keyboard.js clears it)."""
+    """The text box as an event found it: its text, its caret, and `base`: the history node whose text the session
+    last put there ("N"), or, once the writer has edited since, that node marked so ("~N"; keyboard.js marks it)."""
 
     text: str
     caret: str | None  # a character offset, as Python counts them; "" at the end (app.caret_in reads it)
     base: str | None
 
     def newest(self, history: History) -> str:
-        """The text the event acts on: the box's, unless the box still shows a text the session has moved past
-        (the event left the page before the answer to the one ahead of it arrived): then the session's newest,
-        as if the event had waited for the one before."""
-        behind = (self.base and self.base.isdigit() and int(self.base) < len(history.nodes)
-                  and history.nodes[int(self.base)].text == self.text)
-        return history.text if behind else self.text
+        """The text the event acts on: the box's, unless the box still shows a text the session has moved past (the
+        event left the page before the answers to the ones ahead of it arrived): then the session's newest, as if
+        the event had waited for the one before.
+
+        The box is behind when it still shows the node the session last put there, or, after the writer's own
+        edit, a text that the session recorded after that node and then went on from by its own insertions alone
+        (clicks in quick succession after a paste). A text the page had already moved past when the writer
+        edited (they deleted a branch they took) is the writer's."""
+        base = self.base or ""
+        edited, node = base.startswith("~"), base.removeprefix("~")
+        if not node.isdigit() or int(node) >= len(history.nodes):
+            return self.text  # no node of this tree (an event from before an import): the box's text
+        received = int(node)
+        if not edited and history.nodes[received].text == self.text:
+            return history.text
+        for node_id in reversed(history.path()):
+            if node_id <= received:
+                break
+            if history.nodes[node_id].text == self.text:
+                return history.text
+            if history.nodes[node_id].kind == "type":  # the writer's own edit: the box may have gone on from it
+                break
+        return self.text
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@
 // moved by a click, a key or a tap asks for new suggestions after a short pause, as typing does.
 // An edit, a branch or a plot token taken: the suggestions on screen are stale at once, without a round trip, until
 // those for the text the box shows arrive (answer.js). The hidden #text-base box names the history node whose text
-// the session last put in the box; an edit empties it, so the server takes the box's text as the writer's newest.
+// the session last put in the box; an edit marks it ("~N"), so the server takes the box's text as the writer's.
 const CARET_PAUSE_MS = 350;
 const caretSync = () => document.querySelector("#caret-sync textarea, #caret-sync input");
 const markStale = () => document.body.classList.add("suggestions-stale");
@@ -17,8 +17,8 @@ const markStale = () => document.body.classList.add("suggestions-stale");
 function writerEdited() {
   markStale();
   const base = document.querySelector("#text-base textarea, #text-base input");
-  if (base && base.value !== "") {
-    base.value = "";
+  if (base && !base.value.startsWith("~")) {
+    base.value = "~" + base.value;
     base.dispatchEvent(new Event("input", { bubbles: true }));
   }
 }

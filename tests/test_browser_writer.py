@@ -1,0 +1,158 @@
+"""The page as a writer meets it, in a real browser (Debian's Chromium, headless), watched while updates run and not
+only after: the text is never covered or greyed, no click, key or tap is refused for coming too soon, and each
+action applies as if it had waited for the one before. On a desktop and on a phone-sized screen."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+import custom_llm_inference as cli
+from browser import (  # skips without chromium
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    SCREENSHOT,
+    expect_suggestions_for,
+    inserted_at,
+    samples,
+    stored_tree,
+    type_text,
+    wait_for,
+    watch_page,
+)
+from ui.render import first_word
+
+VIEWPORTS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "height": 844}}
+PASTE = ("The lighthouse stood at the edge of the world, and every night the keeper climbed its stairs to light "
+         "the lamp. Ships passed far out at sea, and none of them knew his name. ") * 4
+DRAFT = "The keeper lit the lamp and waited for the storm to pass. But"
+
+
+@pytest.fixture(params=list(VIEWPORTS))
+def page(request, app_url):
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        phone = request.param == "phone"
+        context = browser.new_context(viewport=VIEWPORTS[request.param], is_mobile=phone, has_touch=phone,
+                                      permissions=["clipboard-read", "clipboard-write"])
+        page = context.new_page()
+        page.goto(app_url)
+        expect(page.locator("#branch-0")).to_be_visible(timeout=120_000)
+        page.viewport_name = request.param
+        yield page
+        browser.close()
+
+
+def branch(text: str, index: int, caret: int | None = None) -> str:
+    """The engine's branch `index` for `text` at `caret`, as the page shows it."""
+    return cli.lookahead(text, 5, 3, session="writer-expectation", caret=caret)["branches"][index]["text"]
+
+
+def assert_never_covered_nor_refused(seen: list[dict]) -> None:
+    assert seen, "the page was watched"
+    assert all(sample["text"] for sample in seen), "the writer's text never vanished"
+    assert not [sample["covered"] for sample in seen if sample["covered"]], "nothing covered the text or suggestions"
+    assert not [sample["errors"] for sample in seen if sample["errors"]], "no error greeted an action"
+
+
+def test_a_paste_then_clicks_at_once_apply_in_turn_and_nothing_covers_the_text(page):
+    """A paste, a click at once (before the paste's suggestions came), then three clicks in quick succession: each
+    applies to the suggestions for the text the action before it left, and the text is watched throughout."""
+    box = page.locator("#text textarea")
+    watch_page(page)
+    page.evaluate("text => navigator.clipboard.writeText(text)", PASTE)
+    box.focus()
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Control+V")
+    page.locator("#branch-0").click()
+    for index in (1, 2, 0):
+        page.locator(f"#branch-{index}").click()
+    expected = PASTE
+    for index in (0, 1, 2, 0):
+        expected = inserted_at(expected, None, branch(expected, index))[0]
+    expect(box).to_have_value(expected, timeout=120_000)  # four clicks' work, each after the one before
+    expect_suggestions_for(page, expected)
+    expect(page.locator("body.suggestions-stale")).to_have_count(0)
+    assert_never_covered_nor_refused(samples(page))
+    page.screenshot(path=SCREENSHOT.with_name(f"clicks-{page.viewport_name}.png"), full_page=True)
+
+
+def test_typing_then_a_click_at_once_takes_the_branch_for_the_typed_text(page):
+    type_text(page, "The old lighthouse keeper climbed the stairs")
+    watch_page(page)
+    page.locator("#text textarea").press_sequentially(" and", delay=10)
+    page.locator("#branch-3").click()  # the buttons show the suggestions before " and": stale, yet clickable
+    typed = "The old lighthouse keeper climbed the stairs and"
+    taken = inserted_at(typed, None, branch(typed, 3))[0]
+    expect(page.locator("#text textarea")).to_have_value(taken, timeout=60_000)
+    expect_suggestions_for(page, taken)
+    assert_never_covered_nor_refused(samples(page))
+
+
+def caret_at(page, caret: int) -> None:
+    """Put the text box's caret at `caret`, as a click into the text would."""
+    page.evaluate("at => { const box = document.querySelector('#text textarea'); box.focus();"
+                  " box.setSelectionRange(at, at); }", caret)
+
+
+def test_alt_1_then_alt_w_at_a_caret_before_a_word_insert_in_turn_and_keep_the_words_apart(page):
+    """At a caret before "But", Alt+1 and at once Alt+W: the branch, then the next branch's first word after it,
+    each separated from "But" by a space where a letter would meet a letter."""
+    type_text(page, DRAFT)
+    caret = DRAFT.index("But")
+    caret_at(page, caret)
+    expect(page.locator("#status")).to_contain_text(f"At the caret (character {caret})", timeout=60_000)
+    watch_page(page)
+    page.keyboard.press("Alt+1")
+    page.keyboard.press("Alt+W")
+    text, after = inserted_at(DRAFT, caret, branch(DRAFT, 0, caret))
+    word = first_word(branch(text, 0, after))
+    text, after = inserted_at(text, after, word)
+    expect(page.locator("#text textarea")).to_have_value(text, timeout=60_000)
+    expect(page.locator("#status")).to_contain_text(f"At the caret (character {after})", timeout=60_000)
+    assert not re.search(r"\wBut", text), "no word glued to the next"
+    assert_never_covered_nor_refused(samples(page))
+
+
+def test_a_date_after_a_word_begins_with_its_space(page):
+    text = "The lighthouse was built in"
+    type_text(page, text)
+    expect_suggestions_for(page, text)
+    panel = page.locator("#constrain-panel")
+    panel.locator("> .label-wrap").click()
+    panel.locator("#constraint-preset input").click()
+    page.get_by_role("option", name="a date (YYYY-MM-DD)").click()
+    expect(page.locator("#constraint-value textarea")).to_have_value(re.compile(r"^ \?"))
+    page.locator("#text textarea").press("End")
+    page.locator("#constrain").click()
+    expect(page.locator("#status")).to_contain_text("constrained (regex)", timeout=60_000)
+    page.locator("#branch-0").click()
+    expect(page.locator("#text textarea")).to_have_value(re.compile(r"built in \d"), timeout=60_000)
+    page.locator("#unconstrain").click()
+
+
+def test_the_phone_shows_the_suggestions_and_plot_with_the_text_and_a_reload_keeps_the_settings(page, app_url):
+    box = page.locator("#text textarea").bounding_box()
+    plot = page.locator("#plot").bounding_box()
+    if page.viewport_name == "phone":
+        assert plot["y"] + plot["height"] - box["y"] <= VIEWPORTS["phone"]["height"], "within one screen"
+        expect(page.locator(".keys")).to_be_hidden()
+        expect(page.locator("#sampling-panel > .label-wrap")).not_to_have_class(re.compile(r"\bopen\b"))
+        page.screenshot(path=SCREENSHOT.with_name("phone.png"), full_page=True)
+    else:
+        expect(page.locator(".keys")).to_be_visible()
+    page.locator("#heatmap-panel").scroll_into_view_if_needed()
+    if "open" not in (page.locator("#heatmap-panel > .label-wrap").get_attribute("class") or ""):
+        page.locator("#heatmap-panel > .label-wrap").click()
+    page.locator("#heatmap-on input").check()
+    expect(page.locator("#heatmap-text")).to_be_visible(timeout=60_000)
+    question = "What is the capital of France?"
+    type_text(page, question)
+    expect_suggestions_for(page, question)
+    page.locator("#chat-mode label").filter(has_text="chat").click()
+    expect(page.locator("#conversation")).to_contain_text(question)
+    wait_for(lambda: stored_tree(page).conversation())  # the browser's copy holds the turn: what a reload reads
+    page.reload()
+    expect(page.locator("#chat-mode input[value=chat]")).to_be_checked(timeout=60_000)
+    expect(page.locator("#conversation")).to_contain_text(question)
+    expect(page.locator("#heatmap-on input")).to_be_checked()
