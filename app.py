@@ -105,7 +105,8 @@ class Suggestions(NamedTuple):
     result: dict
     caret: int | None  # a character offset into `text`; None: its end
     # Each answer's own number: gradio signals a change of state only when its value differs, and what follows new
-    # suggestions (complete_at_caret) must follow every answer, one equal to the last included.
+    # suggestions at a caret (complete_at_caret, through `follow_up`) must follow every answer, one equal to the last
+    # included; the page's stale mark clears by it too (answer_mark).
     serial: int = 0
 
     @property
@@ -303,7 +304,8 @@ def suggest(
             status: status_line(result, ms, constraints.constraint, shown.caret),
             marker: caret_marker(text, shown.caret),
             read_timer: gr.Timer(active=bool(result["partial"])), **history_shown(history), **heat,
-            text_base: str(history.current), answer_sync: answer_mark(shown.serial, text)}
+            text_base: str(history.current), answer_sync: answer_mark(shown.serial, text),
+            **({follow_up: shown.serial} if shown.caret is not None and not result["partial"] else {})}
 
 
 def answer_mark(serial: int, text: str) -> str:
@@ -356,10 +358,7 @@ def complete_at_caret(
         return
     branches = shown.result["branches"]
     fit_follows = bool(shown.after and branches) and fit_after(context.model_name)
-    if fit_follows and any(b["fit"] is not None for b in branches):
-        yield gr.skip()  # its own update of the suggestions, with their fit, comes back here
-        return
-    if fit_follows:
+    if fit_follows and all(b["fit"] is None for b in branches):
         try:
             result = ask(text, shown.caret, shape, sampling, context, constraints, request, FIT_TOKENS,
                          yielding=True)
@@ -1016,6 +1015,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
         "<b>Ctrl+Enter</b> refreshes)</span>."
     )
     shown_state = gr.State(None)  # the Suggestions behind the buttons on screen
+    follow_up = gr.State(None)  # the number of suggestions at a caret, which their fit and the heatmap follow
     heatmap_state = gr.State(None)  # what the page's heatmap shows (ui/heatmap.py's Shown)
     conversation_state = gr.State([])  # chat mode: the turns so far, as {"role", "content"}
     history_state = gr.State(History.start(DEFAULT_TEXT, cli.default_model_name()))
@@ -1199,7 +1199,7 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     settings = dict(shape=shape_controls, sampling=sampling_controls, view=heatmap_controls, context=context_controls,
                     constraints=constraint_controls)
     suggestion_outputs = {shown_state, *branch_buttons, plot, status, marker, heatmap, heatmap_state, history_state,
-                          tree, history_sync, read_timer, text_base, answer_sync}
+                          tree, history_sync, read_timer, text_base, answer_sync, follow_up}
     # A refresh asked while the session's Continue writes is skipped: the Continue refreshes when it ends.
     # always_last: while one update runs, only the newest of those asked meanwhile runs next (with its own text: two
     # quick undos refresh for the text of the second, which "once", gradio's default, would have dropped).
@@ -1210,8 +1210,9 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
     why_outputs = WHY_VIEW
 
     # New suggestions at a caret: their fit (where it came without) and the heatmap follow, in a group of their own,
-    # so the slot held while the fit yields to everyone's clicks is nobody's suggestions' slot.
-    shown_state.change(**handler(complete_at_caret, dict(text=text_box, shown=shown_state, shape=shape_controls,
+    # so the slot held while the fit yields to everyone's clicks is nobody's suggestions' slot. Suggestions at the
+    # end of the text bring everything themselves: no event follows them (a round trip per click saved).
+    follow_up.change(**handler(complete_at_caret, dict(text=text_box, shown=shown_state, shape=shape_controls,
                                                          sampling=sampling_controls, view=heatmap_controls,
                                                          context=context_controls, constraints=constraint_controls),
                                  {shown_state, *branch_buttons, heatmap, heatmap_state}, while_continuing=gr.skip,

@@ -81,8 +81,8 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float, hea
             page.locator("#heatmap-on input").check()
         page.locator("#text textarea").fill((PASSAGE * (tokens // TOKENS_PER_PASSAGE)).rstrip())
         page.wait_for_function(  # the long text's first suggestions (a cold prefill: minutes at 8k tokens)
-            f"(m => m && Number(m[1]) > {tokens // 2})"
-            "(document.querySelector('#status').innerText.match(/(\\d+) context/))",
+            f"(m => m && Number(m[1].replaceAll(',', '')) > {tokens // 2})"
+            "(document.querySelector('#status').innerText.match(/([\\d,]+) context/))",
             timeout=600_000,
         )
         time.sleep(3)  # the first suggestions for the long text, then reading
@@ -104,7 +104,7 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float, hea
             models.append(float(re.search(r"(\d+) ms", status.inner_text()).group(1)))
             stored.append(page.evaluate("Object.values(localStorage).reduce((n, v) => n + v.length, 0)"))
             time.sleep(reading)
-        context = int(re.search(r"(\d+) context tokens", status.inner_text()).group(1))
+        context = int(re.search(r"([\d,]+) context tokens", status.inner_text()).group(1).replace(",", ""))
         per_click = (received[0] - received_before) / clicks
         browser.close()
     pages = [t - m for t, m in zip(totals, models)]

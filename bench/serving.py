@@ -11,14 +11,19 @@ import urllib.request
 from pathlib import Path
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def start_server(command_for_port, env: dict[str, str], name: str) -> tuple[subprocess.Popen, str]:
     """Run `command_for_port(port)` with `env` added; return (process, url) once it answers.
 
     The process gets its own session, so `os.killpg(process.pid, 9)` also ends what it forked.
     """
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_DISABLE_TELEMETRY": "1",
            "GRADIO_SERVER_PORT": str(port), "GRADIO_SERVER_NAME": "127.0.0.1", **env}
     log = open(Path(tempfile.gettempdir()) / f"bench_{name}.log", "w")

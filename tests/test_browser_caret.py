@@ -22,7 +22,7 @@ def page(request, app_url):
         page = browser.new_context(viewport=VIEWPORTS[request.param], is_mobile=request.param == "phone",
                                    has_touch=request.param == "phone").new_page()
         page.goto(app_url)
-        expect(page.locator("#branch-0")).to_be_visible(timeout=60_000)
+        expect(page.locator("#branch-0")).to_be_visible()
         page.viewport_name = request.param
         yield page
         browser.close()
@@ -34,7 +34,7 @@ def expect_suggestions_at(page, text: str, caret: int, messages: list[dict] | No
     expected = cli.lookahead(text, 5, 3, session="browser-expectation", caret=caret, messages=messages)
     expect(page.locator("#text textarea")).to_have_value(text)
     for i, branch in enumerate(expected["branches"]):
-        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch), timeout=30_000)
+        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch))
     expect(page.locator("#status")).to_contain_text(f"At the caret (character {caret})")
     expect(page.locator(".caret-marker")).to_contain_text(text[max(0, caret - 20):caret] + "▌" + text[caret:][:20])
     return expected
@@ -78,13 +78,13 @@ def test_the_caret_drives_the_suggestions_and_a_branch_goes_in_there(page):
     expect(page.locator("#text textarea")).to_have_value(DRAFT)
     expect(page.locator("#status")).not_to_contain_text("At the caret")  # back at the end of the text
     expect(page.locator("#branch-0")).to_have_text(
-        branch_label(cli.lookahead(DRAFT, 5, 3, session="browser-expectation")["branches"][0]), timeout=30_000)
+        branch_label(cli.lookahead(DRAFT, 5, 3, session="browser-expectation")["branches"][0]))
 
 
 def test_a_caret_inside_a_chat_reply(page):
     question = "What is 2+2?"
     type_text(page, question)
-    expect(page.locator("#branch-0")).not_to_have_text("", timeout=30_000)
+    expect(page.locator("#branch-0")).not_to_have_text("")
     page.locator("#chat-mode label").filter(has_text="chat").click()  # the text becomes the user's message
     expect(page.locator("#conversation")).to_contain_text(question)
     conversation = [{"role": "user", "content": question}]

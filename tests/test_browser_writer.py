@@ -37,7 +37,7 @@ def page(request, app_url):
                                       permissions=["clipboard-read", "clipboard-write"])
         page = context.new_page()
         page.goto(app_url)
-        expect(page.locator("#branch-0")).to_be_visible(timeout=120_000)
+        expect(page.locator("#branch-0")).to_be_visible()
         page.viewport_name = request.param
         yield page
         browser.close()
@@ -70,7 +70,7 @@ def test_a_paste_then_clicks_at_once_apply_in_turn_and_nothing_covers_the_text(p
     expected = PASTE
     for index in (0, 1, 2, 0):
         expected = inserted_at(expected, None, branch(expected, index))[0]
-    expect(box).to_have_value(expected, timeout=120_000)  # four clicks' work, each after the one before
+    expect(box).to_have_value(expected)  # four clicks' work, each after the one before
     expect_suggestions_for(page, expected)
     expect(page.locator("body.suggestions-stale")).to_have_count(0)
     assert_never_covered_nor_refused(samples(page))
@@ -84,7 +84,7 @@ def test_typing_then_a_click_at_once_takes_the_branch_for_the_typed_text(page):
     page.locator("#branch-3").click()  # the buttons show the suggestions before " and": stale, yet clickable
     typed = "The old lighthouse keeper climbed the stairs and"
     taken = inserted_at(typed, None, branch(typed, 3))[0]
-    expect(page.locator("#text textarea")).to_have_value(taken, timeout=60_000)
+    expect(page.locator("#text textarea")).to_have_value(taken)
     expect_suggestions_for(page, taken)
     assert_never_covered_nor_refused(samples(page))
 
@@ -101,15 +101,15 @@ def test_alt_1_then_alt_w_at_a_caret_before_a_word_insert_in_turn_and_keep_the_w
     type_text(page, DRAFT)
     caret = DRAFT.index("But")
     caret_at(page, caret)
-    expect(page.locator("#status")).to_contain_text(f"At the caret (character {caret})", timeout=60_000)
+    expect(page.locator("#status")).to_contain_text(f"At the caret (character {caret})")
     watch_page(page)
     page.keyboard.press("Alt+1")
     page.keyboard.press("Alt+W")
     text, after = inserted_at(DRAFT, caret, branch(DRAFT, 0, caret))
     word = first_word(branch(text, 0, after))
     text, after = inserted_at(text, after, word)
-    expect(page.locator("#text textarea")).to_have_value(text, timeout=60_000)
-    expect(page.locator("#status")).to_contain_text(f"At the caret (character {after})", timeout=60_000)
+    expect(page.locator("#text textarea")).to_have_value(text)
+    expect(page.locator("#status")).to_contain_text(f"At the caret (character {after})")
     assert not re.search(r"\wBut", text), "no word glued to the next"
     assert_never_covered_nor_refused(samples(page))
 
@@ -125,9 +125,9 @@ def test_a_date_after_a_word_begins_with_its_space(page):
     expect(page.locator("#constraint-value textarea")).to_have_value(re.compile(r"^ \?"))
     page.locator("#text textarea").press("End")
     page.locator("#constrain").click()
-    expect(page.locator("#status")).to_contain_text("constrained (regex)", timeout=60_000)
+    expect(page.locator("#status")).to_contain_text("constrained (regex)")
     page.locator("#branch-0").click()
-    expect(page.locator("#text textarea")).to_have_value(re.compile(r"built in \d"), timeout=60_000)
+    expect(page.locator("#text textarea")).to_have_value(re.compile(r"built in \d"))
     page.locator("#unconstrain").click()
 
 
@@ -145,7 +145,7 @@ def test_the_phone_shows_the_suggestions_and_plot_with_the_text_and_a_reload_kee
     if "open" not in (page.locator("#heatmap-panel > .label-wrap").get_attribute("class") or ""):
         page.locator("#heatmap-panel > .label-wrap").click()
     page.locator("#heatmap-on input").check()
-    expect(page.locator("#heatmap-text")).to_be_visible(timeout=60_000)
+    expect(page.locator("#heatmap-text")).to_be_visible()
     question = "What is the capital of France?"
     type_text(page, question)
     expect_suggestions_for(page, question)
@@ -153,6 +153,6 @@ def test_the_phone_shows_the_suggestions_and_plot_with_the_text_and_a_reload_kee
     expect(page.locator("#conversation")).to_contain_text(question)
     wait_for(lambda: stored_tree(page).conversation())  # the browser's copy holds the turn: what a reload reads
     page.reload()
-    expect(page.locator("#chat-mode input[value=chat]")).to_be_checked(timeout=60_000)
+    expect(page.locator("#chat-mode input[value=chat]")).to_be_checked()
     expect(page.locator("#conversation")).to_contain_text(question)
     expect(page.locator("#heatmap-on input")).to_be_checked()

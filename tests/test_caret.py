@@ -9,7 +9,6 @@ import time
 from dataclasses import replace
 from types import SimpleNamespace
 
-import gradio as gr
 import pytest
 import torch
 
@@ -292,10 +291,13 @@ def test_the_page_shows_suggestions_at_a_caret_before_the_heatmap_reads_the_text
     assert [t["token_id"] for t in heatmap.result["tokens"]] == [t["token_id"] for t in fresh["tokens"]]
     assert [t["prob"] for t in heatmap.result["tokens"][1:]] == pytest.approx(
         [t["prob"] for t in fresh["tokens"][1:]], abs=1e-4)
-    assert list(app.complete_at_caret(inserted, updates[0][app.shown_state], shape, sampling, view, context,
-                                      constraints, request)) == [gr.skip()], "its own update comes back: nothing"
-    again = suggest(inserted, after, view)[app.shown_state]  # the same caret asked again (a fit cancelled)
-    assert again.serial != update[app.shown_state].serial, "a state of its own: what follows an answer follows it"
+    again = list(app.complete_at_caret(inserted, updates[0][app.shown_state], shape, sampling, view, context,
+                                       constraints, request))
+    assert [app.shown_state in update for update in again] == [False], "with their fit: the heatmap alone follows"
+    asked_again = suggest(inserted, after, view)  # the same caret asked again (a fit cancelled)
+    assert asked_again[app.follow_up] == asked_again[app.shown_state].serial != update[app.shown_state].serial, \
+        "a state of its own: what follows an answer follows it"
+    assert app.follow_up not in suggest(inserted, None, view), "at the end of the text nothing follows"
 
 
 def test_a_branch_taken_at_a_caret_is_answered_from_the_precomputed_result_exactly(embedded):

@@ -48,7 +48,7 @@ def test_a_new_visitor_tries_every_mode_and_panel_once_and_meets_no_error(app_ur
 
         # The heatmap: on, and a token hovered.
         page.locator("#heatmap-on input").check()
-        expect(page.locator("#heatmap .tk").first).to_be_visible(timeout=30_000)
+        expect(page.locator("#heatmap .tk").first).to_be_visible()
         page.locator("#heatmap .tk").last.hover()
         expect(page.locator("#token-details")).to_contain_text("rank")
 
