@@ -91,6 +91,9 @@ EXPLANATIONS_AT_ONCE = 4
 # While a long text is read, partial suggestions (lookahead/reading.py) are asked again this often, to show the
 # read's progress and, once it ends, the exact suggestions.
 READ_POLL_SECONDS = 1.0
+# While the model is prepared at start, the page asks this often whether it is ready (a few tiny requests: the
+# first suggestions come as soon as it is).
+PREPARING_POLL_SECONDS = 0.25
 # While the writer reads, compute what each shown branch gives if taken (LOOKAHEAD_PRECOMPUTE=0: off).
 PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 FIT_TOKENS = 32  # tokens after the caret each branch's fit is measured on (the API's default)
@@ -286,12 +289,13 @@ def suggest(
         raise refuse(f"The model could not be prepared ({PREPARATION.failure}); the terminal says more.")
     if PREPARATION.step:  # asked again every second (read_timer) until the model is ready
         return {status: f"⏳ {PREPARATION.step} Your suggestions appear by themselves when it is ready.",
-                read_timer: gr.Timer(active=True), **history_shown(history), text_base: str(history.current)}
+                read_timer: gr.Timer(PREPARING_POLL_SECONDS, active=True), **history_shown(history),
+                text_base: str(history.current)}
     if (not text and messages is None) or awaiting_user(context.chat_mode, text, context.conversation):
         waiting = ("Write the user's message below to continue the conversation." if messages is not None
                    else "Type something to see where the model could go next.")
         return {shown_state: None, **branch_choices([]), plot: "", status: waiting, **history_shown(history),
-                heatmap: "", heatmap_state: None, read_timer: gr.Timer(active=False), marker: "",
+                heatmap: "", heatmap_state: None, read_timer: gr.Timer(READ_POLL_SECONDS, active=False), marker: "",
                 text_base: str(history.current), answer_sync: answer_mark(next(ANSWERS), text)}
     shown, ms = suggestions_for(text, at, shape, sampling, context, constraints, request)
     result = shown.result
@@ -303,7 +307,7 @@ def suggest(
             plot: distribution_plot(result["distribution"], forced_text(result)),
             status: status_line(result, ms, constraints.constraint, shown.caret),
             marker: caret_marker(text, shown.caret),
-            read_timer: gr.Timer(active=bool(result["partial"])), **history_shown(history), **heat,
+            read_timer: gr.Timer(READ_POLL_SECONDS, active=bool(result["partial"])), **history_shown(history), **heat,
             text_base: str(history.current), answer_sync: answer_mark(shown.serial, text),
             **({follow_up: shown.serial} if shown.caret is not None and not result["partial"] else {})}
 
@@ -1052,7 +1056,8 @@ with gr.Blocks(title="Interactive Lookahead") as demo:
                     for i in range(MAX_BUTTONS)
                 ]
             status = gr.Markdown(elem_id="status")
-            read_timer = gr.Timer(READ_POLL_SECONDS, active=False)  # on while the suggestions shown are partial
+            # On while the suggestions shown are partial, or the model is still being prepared.
+            read_timer = gr.Timer(READ_POLL_SECONDS, active=False)
             with gr.Column(elem_id="writer-tools"):
                 with gr.Row():
                     refresh_button = gr.Button("Refresh", elem_id="refresh", size="sm")
