@@ -11,6 +11,7 @@ import asyncio
 import random
 import threading
 import time
+from types import SimpleNamespace
 
 import torch
 from transformers import DynamicCache
@@ -237,3 +238,42 @@ def test_heatmap_listings_from_several_threads_equal_the_same_calls_made_alone(e
             (t["token_id"], t["start"], t["end"], t["rank"]) for t in alone["tokens"]], text
         for got, want in zip(answer["tokens"], alone["tokens"]):
             assert got["prob"] == want["prob"] or abs(got["prob"] - want["prob"]) < 1e-5
+
+
+def test_ordered_events_each_see_the_state_the_one_before_them_wrote():
+    """Gradio reads an event's gr.State inputs before its handler waits for the session's turn, and stores its outputs
+    after the turn has passed on. Wrapped events of several sessions, each adding one to a state it reads and
+    answers (in a worker thread, like every handler): none is lost, so each saw what the one before it wrote."""
+    import gradio as gr
+    from gradio.context import LocalContext
+
+    counter = gr.State(0)
+    sessions = {f"visitor {i}": {counter._id: 0} for i in range(4)}
+    blocks = SimpleNamespace(state_holder=_StateHolder(sessions))
+    order, rng = SessionOrder(), random.Random(1)
+
+    def add_one(count: int) -> dict:
+        time.sleep(rng.random() * 0.002)
+        return {counter: count + 1}
+
+    handler = order.wrap(add_one, inputs=[counter])
+
+    async def event(session: str) -> None:
+        LocalContext.blocks.set(blocks)
+        LocalContext.request.set(SimpleNamespace(session_hash=session))
+        stale = sessions[session][counter._id]  # what gradio read before the handler waited
+        await asyncio.sleep(0)
+        answer = await handler(stale)
+        sessions[session][counter._id] = answer[counter]  # gradio's own write, after the turn
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(event(rng.choice(list(sessions)))) for _ in range(300)]
+        await asyncio.wait_for(asyncio.gather(*tasks), JOIN_SECONDS)
+
+    asyncio.run(main())
+    assert sum(state[counter._id] for state in sessions.values()) == 300, "every event counted once"
+    assert len(order) == 0
+
+
+class _StateHolder(dict):
+    """gradio's StateHolder as SessionOrder reads it: each session's states by block id."""
