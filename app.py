@@ -12,7 +12,7 @@ import argparse
 import os
 
 
-def parse_arguments() -> argparse.Namespace:
+def argument_parser() -> argparse.ArgumentParser:
     """`python app.py`'s command line; --help answers before gradio and the model's libraries load."""
     parser = argparse.ArgumentParser(description="Serve the Interactive Lookahead Text Generator.")
     parser.add_argument("--backend", default=os.environ.get("LOOKAHEAD_BACKEND") or "in-process",
@@ -23,11 +23,12 @@ def parse_arguments() -> argparse.Namespace:
                              "(LOOKAHEAD_SERVER_URL)")
     parser.add_argument("--mcp", action="store_true",
                         help="also serve the endpoints as MCP tools at /gradio_api/mcp/ (or GRADIO_MCP_SERVER=true)")
-    return parser.parse_args()
+    return parser
 
 
 if __name__ == "__main__":
-    ARGUMENTS = parse_arguments()
+    PARSER = argument_parser()
+    ARGUMENTS = PARSER.parse_args()
 
 import itertools
 import json
@@ -1350,5 +1351,5 @@ if __name__ == "__main__":
     try:
         cli.use_backend(ARGUMENTS.backend, ARGUMENTS.server_url)
     except ValueError as error:
-        raise SystemExit(f"app.py: error: {error}") from None
+        PARSER.error(str(error))
     launch(mcp_server=ARGUMENTS.mcp or None)  # None: gradio reads GRADIO_MCP_SERVER
