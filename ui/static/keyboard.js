@@ -26,7 +26,7 @@ function writerEdited() {
 function syncCaret() {
   const box = document.querySelector("#text textarea");
   const sync = caretSync();
-  if (!box || !sync) return false;
+  if (!box || !sync || window.caretPending) return false;  // an insertion's caret is being placed (place_caret.js)
   const at = box.selectionStart >= box.value.length ? "" : String([...box.value.slice(0, box.selectionStart)].length);
   if (sync.value === at) return false;
   sync.value = window.caretFromWriter = at;  // place_caret.js leaves the caret alone for this value
