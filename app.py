@@ -46,7 +46,6 @@ import gradio as gr
 
 import custom_llm_inference as cli
 from history import History
-from lookahead.in_process import InProcess
 from ui.chat import MODES as CHAT_MODES
 from ui.chat import TEXT_LABELS, awaiting_user, started_by, with_reply, with_user_message
 from ui.constrain import PRESETS as CONSTRAINT_PRESETS
@@ -248,8 +247,7 @@ def fit_after(model_name: str | None) -> bool:
     so it follows the branches, yields to every other call, and the writer's next event cancels it. With the
     model on a GPU (ZeroGPU too, where each ask costs GPU time of its own) or behind a vLLM server, one ask
     brings both."""
-    return (isinstance(cli.backend(), InProcess) and not cli.on_zero_gpu()
-            and cli.load_model(model_name)[0].device.type == "cpu")
+    return not cli.backend().capabilities.cheap_fit
 
 
 def ask(
@@ -1333,7 +1331,7 @@ def concurrency() -> int:
     On ZeroGPU each runs in its own GPU worker, scheduled by ZeroGPU; a vLLM server batches what
     arrives together, so many; on one CPU more would only share its cores.
     """
-    default = 8 if cli.on_zero_gpu() else 64 if cli.backend().batches else 1
+    default = 8 if cli.on_zero_gpu() else 64 if cli.backend().capabilities.batching else 1
     return int(os.environ.get("LOOKAHEAD_CONCURRENCY") or default)
 
 
@@ -1341,8 +1339,7 @@ def launch(**kwargs):
     """Start the app with its keyboard shortcuts and styles (Gradio 6 takes them at launch). The page answers at
     once; in-process, the model is prepared in the background meanwhile (PREPARATION), and what a first answer to
     a long text may read is timed while the machine is still idle."""
-    if isinstance(cli.backend(), InProcess):
-        PREPARATION.start(cli.backend().warm_up())
+    PREPARATION.start(cli.backend().warm_up())
     queued = demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=concurrency())
     return queued.launch(head=KEYBOARD_JS + BRANCH_WHY_JS, css=CSS, **kwargs)
 

@@ -4,10 +4,10 @@ Everything here takes and returns plain, JSON- and pickle-safe data, so the same
 serve the Gradio UI, `gradio_client` callers and ZeroGPU workers. Each public function
 checks its arguments once, in the calling process, and builds one typed, frozen request
 (lookahead/requests.py) that every layer below receives unchanged. The backend
-(lookahead/backend.py: one method per request type) runs it: in this process by default
-(`InProcess`, lookahead/in_process.py, which keeps each session's caches), or on a vLLM server
+(lookahead/backends/base.py: one method per request type) runs it: in this process by default
+(`InProcess`, lookahead/backends/in_process.py, which keeps each session's caches), or on a vLLM server
 (`use_backend("vllm", url)`, or LOOKAHEAD_BACKEND=vllm and LOOKAHEAD_SERVER_URL;
-lookahead/vllm_backend.py). In-process, the model runs inside `_on_gpu`, the one `@spaces.GPU`
+lookahead/backends/server/vllm.py). In-process, the model runs inside `_on_gpu`, the one `@spaces.GPU`
 function: on ZeroGPU an exception raised inside a GPU worker reaches the visitor as its class
 name alone, and a refused request should cost no GPU time, hence the checks first.
 The engine's tensor-level pieces live in the `lookahead` package:
@@ -33,11 +33,12 @@ from dataclasses import replace
 import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisation
 
 from lookahead.attribution import METHODS as ATTRIBUTION_METHODS
-from lookahead.backend import Backend, BackendError
+from lookahead.backends.base import Backend, BackendError
+from lookahead.backends.in_process import InProcess, answer
+from lookahead.backends.server.vllm import VLLMBackend
 from lookahead.branches import get_lookahead_sequences
 from lookahead.chat import as_dicts, check_messages, check_template, encode
 from lookahead.constraints import Constraint, check_constraint, written_part_error
-from lookahead.in_process import InProcess, answer
 from lookahead.models import available_models, default_model_name, load_model, load_tokenizer, on_zero_gpu
 from lookahead.requests import (
     AttributionRequest,
@@ -52,7 +53,6 @@ from lookahead.results import last, stop_tokens, text_token_places
 from lookahead.sampling import BRANCH_MODES, PRESETS, Sampling
 from lookahead.scheduler import LONG_JOBS, Cancelled, scheduler
 from lookahead.scoring import MAX_ALTERNATIVES
-from lookahead.vllm_backend import VLLMBackend
 
 __all__ = [
     "ATTRIBUTION_METHODS",

@@ -34,8 +34,8 @@ from bench_long_text import text_of  # noqa: E402
 from bench_passes import memory_bandwidth_gb_s, weight_bytes  # noqa: E402
 
 import custom_llm_inference as cli  # noqa: E402
+from lookahead.backends.in_process import speculator  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
-from lookahead.in_process import speculator  # noqa: E402
 
 
 def timed(call) -> tuple[float, dict]:

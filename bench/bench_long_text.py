@@ -21,8 +21,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import custom_llm_inference as cli  # noqa: E402
 from lookahead import reading  # noqa: E402
+from lookahead.backends.in_process import reader  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
-from lookahead.in_process import reader  # noqa: E402
 
 PASSAGE = (
     "The harbour town woke slowly. Fishermen hauled their nets along the quay, gulls argued over scraps, and the "

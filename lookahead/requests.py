@@ -1,7 +1,7 @@
 """One typed, checked request per task: what every layer below the public API receives.
 
 `custom_llm_inference` checks a caller's arguments once and builds one of these; the request then
-travels unchanged through the backend (`lookahead/backend.py`: one method per request type), the one
+travels unchanged through the backend (`lookahead/backends/base.py`: one method per request type), the one
 `@spaces.GPU` entry point (which dispatches on the request's type and asks for GPU time by it) and
 the precomputation (`lookahead/speculation.py`, which keys ready answers by the request itself).
 Frozen and hashable: two requests are the same question exactly when every field is equal, so a

@@ -27,7 +27,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config  # noqa: E402
 
 import custom_llm_inference as cli  # noqa: E402
-from lookahead.in_process import listings, matchers, prefix_caches, reader, speculator  # noqa: E402
+from lookahead.backends.in_process import listings, matchers, prefix_caches, reader, speculator  # noqa: E402
 
 TINY_CONTEXT = 64  # small, so tests can overflow the context cheaply
 

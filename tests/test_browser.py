@@ -18,7 +18,7 @@ from browser import (  # skips without chromium
 )
 from history import History
 from lookahead import reading
-from lookahead.in_process import reader
+from lookahead.backends.in_process import reader
 from lookahead.scheduler import scheduler
 from ui.heatmap import HEATMAP_TOKENS, bucket, shown_text
 from ui.render import branch_label, percent, visible

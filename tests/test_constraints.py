@@ -14,9 +14,9 @@ import regex
 import torch
 
 import custom_llm_inference as cli
+from lookahead.backends.in_process import matchers
 from lookahead.constraints import check_constraint
 from lookahead.healing import token_texts
-from lookahead.in_process import matchers
 from lookahead.results import stop_tokens
 from tests.reference import next_logits
 

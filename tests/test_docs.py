@@ -27,7 +27,8 @@ import pytest
 from gradio_client import Client
 
 import custom_llm_inference as cli
-from lookahead import vllm_backend
+from lookahead.backends.in_process import InProcess
+from lookahead.backends.server import vllm as vllm_backend
 from lookahead.chat import MAX_MESSAGES
 from lookahead.constraints import MAX_CHOICES, MAX_VALUE_CHARS
 from lookahead.sampling import LIMITS, Sampling
@@ -197,7 +198,7 @@ class Limit:
 class NoBackend:
     """A backend that fails the test if a request reaches it: a refusal must come from the checks before."""
 
-    batches = False
+    capabilities = InProcess(None).capabilities
 
     def __getattr__(self, task: str):  # every request's method (lookahead, scores, ...)
         def reached(request, precompute: bool = False, partial: bool = True):

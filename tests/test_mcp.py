@@ -15,7 +15,7 @@ import pytest
 from gradio_client import Client
 
 import custom_llm_inference as cli
-from lookahead.in_process import matchers, prefix_caches
+from lookahead.backends.in_process import matchers, prefix_caches
 from mcp_client import answer, call, list_tools
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,7 +147,7 @@ def test_an_mcp_call_reads_a_long_text_whole_since_its_session_ends_with_it(embe
     """A partial answer is followed by asking again in the same session; an MCP call's session ends with the call."""
     import app
     from lookahead import reading
-    from lookahead.in_process import reader
+    from lookahead.backends.in_process import reader
 
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
     monkeypatch.setitem(reader._windows, cli.default_model_name(), 128)

@@ -10,7 +10,7 @@ import pytest
 
 import custom_llm_inference as cli
 from lookahead import reading
-from lookahead.in_process import prefix_caches, reader
+from lookahead.backends.in_process import prefix_caches, reader
 from lookahead.scheduler import scheduler
 from reference import assert_matches_reference, reference_lookahead, reference_scores
 from threads import SECONDS, run_threads, until

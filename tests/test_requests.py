@@ -6,8 +6,9 @@ import inspect
 import pytest
 
 import custom_llm_inference as cli
-from lookahead.backend import Backend
-from lookahead.in_process import InProcess
+from lookahead.backends.base import Backend, Capabilities
+from lookahead.backends.in_process import InProcess
+from lookahead.backends.server.vllm import VLLMBackend
 from lookahead.requests import (
     AttributionRequest,
     DistributionRequest,
@@ -16,9 +17,8 @@ from lookahead.requests import (
     ScoresRequest,
 )
 from lookahead.sampling import Sampling
-from lookahead.vllm_backend import VLLMBackend
 
-PROTOCOL_METHODS = ["lookahead", "distribution", "scores", "generate", "attribution", "forget"]
+PROTOCOL_METHODS = ["lookahead", "distribution", "scores", "generate", "attribution", "warm_up", "forget"]
 
 
 @pytest.mark.parametrize("implementation", [InProcess, VLLMBackend])
@@ -27,13 +27,14 @@ def test_both_backends_implement_every_method_of_the_interface_with_its_paramete
         theirs = inspect.signature(getattr(implementation, name)).parameters
         ours = inspect.signature(getattr(Backend, name)).parameters
         assert list(theirs) == list(ours), name
-    assert isinstance(implementation.batches, bool)
+    made = implementation(None) if implementation is InProcess else implementation("http://localhost:1/v1")
+    assert isinstance(made.capabilities, Capabilities)
 
 
 class Recording:
     """A backend that records the request each method receives."""
 
-    batches = False
+    capabilities = InProcess(None).capabilities
 
     def __init__(self) -> None:
         self.received: list[tuple[str, object]] = []

@@ -8,8 +8,8 @@ import torch
 
 import custom_llm_inference as cli
 from fakes import Guess, fake_entry
+from lookahead.backends.in_process import speculator
 from lookahead.constraints import Constraint, check_constraint
-from lookahead.in_process import speculator
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.requests import REQUEST_TYPES
 from lookahead.sampling import Sampling

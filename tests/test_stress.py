@@ -18,7 +18,7 @@ from transformers import DynamicCache
 
 import custom_llm_inference as cli
 from fakes import Guess, fake_entry
-from lookahead.in_process import listings, matchers, speculator
+from lookahead.backends.in_process import listings, matchers, speculator
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.speculation import Speculator
 from reference import assert_matches_reference, reference_lookahead

@@ -76,7 +76,7 @@ def test_only_new_tokens_are_scored_after_an_edit_a_click_or_a_keystroke(model_n
 def test_a_listing_reuses_the_last_ones_entries_only_where_its_context_is_the_same(embedded):
     """The session's last listing lends its entries to the next (a click's few new tokens): never across a
     changed conversation, another k, or a changed token."""
-    from lookahead.in_process import listings
+    from lookahead.backends.in_process import listings
 
     def fresh(text, k, messages=None):
         listings.clear()

@@ -18,7 +18,7 @@ from gradio_client import Client
 
 import custom_llm_inference as cli
 from conftest import TINY_LLAMA_DIR
-from lookahead import vllm_backend
+from lookahead.backends.server import vllm as vllm_backend
 from lookahead.models import EMBEDDED_MODEL, embedded_model_dir
 from vllm_server import Proxy, VLLMServer
 

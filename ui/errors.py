@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import gradio as gr
 
-from lookahead.backend import BackendError
+from lookahead.backends.base import BackendError
 from lookahead.scheduler import Cancelled
 
 log = logging.getLogger("app")

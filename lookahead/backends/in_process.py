@@ -20,13 +20,14 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lookahead import reading
 from lookahead.attribution import attribute_stepwise, passes
+from lookahead.backends.base import Capabilities
 from lookahead.branches import Lookahead, get_lookahead_sequences
 from lookahead.chat import as_dicts, encode
 from lookahead.constraints import MatcherStore
 from lookahead.context import Prompt, follow_ids, read_prompt, read_scored_text
 from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.kv_cache import GrowableCache
-from lookahead.models import converted, default_model_name, load_model, model_pass_costs, on_zero_gpu
+from lookahead.models import converted, default_model_name, device, load_model, model_pass_costs, on_zero_gpu
 from lookahead.prefix_cache import PrefixCacheStore, Taken, common_prefix_length, forget_session, renew_lock_in_forks
 from lookahead.reading import Read, Reader
 from lookahead.requests import (
@@ -73,7 +74,13 @@ class InProcess:
     precomputation, and may find its answer ready.
     """
 
-    batches = False  # calls share this process's cores: serving several at once only splits them
+    @property
+    def capabilities(self) -> Capabilities:
+        """Off ZeroGPU the process outlives a request: it precomputes and reads in the background. On a GPU a
+        caret's fit costs little beside the branches; calls share this process's cores or GPU, never batched."""
+        local = not on_zero_gpu()
+        return Capabilities(precomputation=local, partial_reads=local, cheap_fit=not local or device().type != "cpu",
+                            attribution=True, prompt_scores=True, batching=False)
 
     def __init__(self, on_gpu: Callable[[Request], Iterator[dict]]) -> None:
         self.on_gpu = on_gpu

@@ -41,7 +41,7 @@ import httpx
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from lookahead.backend import BackendError
+from lookahead.backends.base import BackendError, Capabilities
 from lookahead.chat import as_dicts
 from lookahead.constraints import Guide, MatcherStore
 from lookahead.context import follow_ids, read_prompt, read_scored_text
@@ -182,7 +182,10 @@ def score_rows(ids: list[int], prompt_logprobs: list[dict | None], width: int) -
 class VLLMBackend:
     """Answers the public functions' checked requests through a vLLM server at `url` (…/v1)."""
 
-    batches = True  # the server runs the calls that arrive together as one batch
+    # The server keeps each session's text in its prefix cache and batches the calls that arrive together; it
+    # returns log-probabilities only, so no "why?".
+    capabilities = Capabilities(precomputation=False, partial_reads=False, cheap_fit=True, attribution=False,
+                                prompt_scores=True, batching=True)
 
     def __init__(self, url: str, timeout: float = TIMEOUT_SECONDS) -> None:
         self.url = url.rstrip("/")
@@ -275,6 +278,10 @@ class VLLMBackend:
     def attribution(self, request: AttributionRequest) -> Iterator[dict]:
         raise ValueError("attribution needs the model's weights and gradients in this process; the vLLM server "
                          "returns log-probabilities only: ask it of the in-process backend (use_backend())")
+
+    def warm_up(self) -> Iterator[str]:
+        """Nothing to prepare here: the server holds the model."""
+        return iter(())
 
     def forget(self, session: str) -> None:
         """Stop the session's continuation and drop its constraint matchers (the server's cache is salted per

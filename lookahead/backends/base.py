@@ -1,7 +1,9 @@
-"""Where the model runs, behind one small interface.
+"""Where the model runs, behind one small interface, and what each place can do.
 
-  InProcess    (lookahead/in_process.py)    the model in this process; each session's KV cache kept here
-  VLLMBackend  (lookahead/vllm_backend.py)  a vLLM server, through its OpenAI-compatible API
+  InProcess    (lookahead/backends/in_process.py)   the model in this process; each session's KV cache kept here
+  VLLMBackend  (lookahead/backends/server/vllm.py)  a vLLM server, through its OpenAI-compatible API
+
+Callers ask a backend's `capabilities`, never its class.
 
 `custom_llm_inference` checks every argument once and builds a typed request (lookahead/requests.py); the
 backend has one method per request type. Both build their answers with `lookahead/results.py`, so callers
@@ -11,6 +13,7 @@ get the same dicts from either.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from lookahead.requests import (
@@ -29,8 +32,20 @@ class BackendError(RuntimeError):
     """
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do beyond answering each request, so that callers ask this and not its class."""
+
+    precomputation: bool  # computes, in the background, what taking each branch gives
+    partial_reads: bool  # answers a long text at once from its last tokens while it is read
+    cheap_fit: bool  # a caret's fit costs little beside the branches (else the page asks it after them)
+    attribution: bool  # answers "why?" (gradients through the model)
+    prompt_scores: bool  # scores every token of a text (the heatmap)
+    batching: bool  # serving many calls at once helps (a server batching them), or only splits the cores
+
+
 class Backend(Protocol):
-    batches: bool  # whether serving many calls at once helps (a server batching them), or only splits the cores
+    capabilities: Capabilities
 
     def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
                   yielding: bool = False) -> dict:
@@ -52,6 +67,11 @@ class Backend(Protocol):
 
     def attribution(self, request: AttributionRequest) -> Iterator[dict]:
         """{"done", "of"} after each pass over the window, then the result."""
+        ...
+
+    def warm_up(self) -> Iterator[str]:
+        """Prepare what the first answer needs (load, time), naming each step as it starts; nothing where the
+        model is elsewhere."""
         ...
 
     def forget(self, session: str) -> None:
