@@ -50,7 +50,7 @@ from lookahead.requests import (
     ScoresRequest,
 )
 from lookahead.results import last, stop_tokens, text_token_places
-from lookahead.sampling import BRANCH_MODES, PRESETS, Sampling
+from lookahead.sampling import BRANCH_MODES, MAX_TOP_K, PRESETS, Sampling
 from lookahead.scheduler import LONG_JOBS, Cancelled, scheduler
 from lookahead.scoring import MAX_ALTERNATIVES
 
@@ -68,6 +68,7 @@ __all__ = [
     "MAX_TOP_K",
     "MAX_WINDOW",
     "PRESETS",
+    "Sampling",
     "BackendError",
     "Cancelled",
     "LONG_JOBS",
@@ -93,7 +94,6 @@ __all__ = [
 
 MAX_BRANCHES = 20
 MAX_DEPTH = 16
-MAX_TOP_K = 200
 MAX_NEW_TOKENS = 1024
 MAX_TEXT_CHARS = 1_000_000  # far past any model's context; keeps tokenizing a pasted book bounded
 MAX_STOPS, MAX_STOP_CHARS = 8, 200
@@ -296,14 +296,6 @@ def cancel(session: str, kind: str | None = None) -> int:
     return scheduler.cancel(str(session), kind)
 
 
-def _sampling(
-    temperature: float, top_k: int, top_p: float, repetition_penalty: float, presence_penalty: float,
-    frequency_penalty: float,
-) -> Sampling:
-    return Sampling(temperature, _check_int("top_k", top_k, 0, MAX_TOP_K), top_p, repetition_penalty, presence_penalty,
-                    frequency_penalty)
-
-
 def next_token_distribution(
     text: str,
     k: int = 10,
@@ -319,6 +311,8 @@ def next_token_distribution(
     frequency_penalty: float = 0.0,
     constraint: dict | None = None,
     caret: int | None = None,
+    min_p: float = 0.0,
+    sampling: Sampling | None = None,
 ) -> list[dict]:
     """The k next tokens after `text`, ranked by p_final, then p_base.
 
@@ -327,7 +321,10 @@ def next_token_distribution(
     constraint cut the token), "kept", "valid" (whether the constraint allows it)}. `k` is how
     many entries come back; `top_k` is the filter (0 = off). `presence_penalty` and
     `frequency_penalty` are OpenAI's (logit -= presence·[count > 0] + frequency·count, counted
-    over the whole context). `constraint`: {"type": "choice" | "regex" | "json_schema" | "grammar",
+    over the whole context); `min_p`, after top-p, drops the tokens less likely than min_p times the likeliest
+    (transformers' MinPLogitsWarper). `sampling`: a `Sampling` (lookahead/sampling.py) holding all of these at
+    once, in place of the flat keywords (giving both is refused); the same holds for `lookahead`.
+    `constraint`: {"type": "choice" | "regex" | "json_schema" | "grammar",
     "value", "start"}: the part of `text` from character `start` on (None: nothing written yet)
     must follow it, and so must what comes next (lookahead/constraints.py). Text ending in
     whitespace is token-healed (lookahead/healing.py): the whitespace is backed up and only
@@ -342,7 +339,7 @@ def next_token_distribution(
     return _backend.distribution(DistributionRequest(
         **common,
         k=_check_int("k", k, 1, MAX_TOP_K),
-        sampling=_sampling(temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty),
+        sampling=Sampling.from_keywords(sampling, locals()),
         constraint=_check_constraint(constraint, common["text"], common["model_name"]),
         after=after,
     ))
@@ -449,6 +446,8 @@ def lookahead(
     fit_tokens: int = 32,
     yielding: bool = False,
     caret: int | None = None,
+    min_p: float = 0.0,
+    sampling: Sampling | None = None,
 ) -> dict:
     """The `n_branches` best next tokens after `text` (by p_final), each continued to `depth` tokens.
 
@@ -489,7 +488,7 @@ def lookahead(
         **common,
         n_branches=_check_int("n_branches", n_branches, 1, MAX_BRANCHES),
         depth=_check_int("depth", depth, 1, MAX_DEPTH),
-        sampling=_sampling(temperature, top_k, top_p, repetition_penalty, presence_penalty, frequency_penalty),
+        sampling=Sampling.from_keywords(sampling, locals()),
         branch_mode=_check_choice("branch_mode", branch_mode, BRANCH_MODES),
         seed=_check_int("seed", seed, 0, MAX_SEED),
         constraint=_check_constraint(constraint, common["text"], common["model_name"]),

@@ -2,21 +2,25 @@
 
 p_base is the plain softmax of the model's logits; p_final is the softmax after the
 processors, in this order: the penalties (repetition; presence and frequency), temperature,
-a constraint's mask (lookahead/constraints.py), then the filters (top-k, top-p); 0 for tokens
+a constraint's mask (lookahead/constraints.py), then the filters (top-k, top-p, min-p); 0 for tokens
 a filter or the constraint cut.
 Branches start from the tokens ranked by p_final (then p_base, so cut tokens still
 show) and continue either greedily or by sampling from p_final with a seeded generator.
+Each setting is described once, by its field's `Knob`: the page's sliders, the API's checks and the
+endpoints' parameter descriptions are made from it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 
 import torch
 from transformers import (
     LogitsProcessor,
     LogitsProcessorList,
+    MinPLogitsWarper,
     RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
@@ -24,15 +28,7 @@ from transformers import (
 )
 
 BRANCH_MODES = ("greedy", "sample")
-# Inclusive ranges. Temperature and repetition penalty divide the logits: far below 0.01 a
-# logit overflows float32 to inf, and p_final becomes NaN (1e-45 did, before this bound).
-LIMITS = {
-    "temperature": (0.01, 5.0),
-    "top_p": (0.01, 1.0),
-    "repetition_penalty": (0.01, 5.0),
-    "presence_penalty": (-2.0, 2.0),  # OpenAI's range
-    "frequency_penalty": (-2.0, 2.0),
-}
+MAX_TOP_K = 200
 
 
 class PresenceFrequencyPenalty(LogitsProcessor):
@@ -50,33 +46,82 @@ class PresenceFrequencyPenalty(LogitsProcessor):
         return scores - self.presence * (counts > 0).to(scores.dtype) - self.frequency * counts
 
 
+
+@dataclass(frozen=True)
+class Knob:
+    """One sampling setting as every layer shows it: its range, the page's slider and label, and the one line that
+    describes it to API and MCP callers. Written once, here, beside the field it describes."""
+
+    low: float
+    high: float
+    label: str  # the page's
+    description: str  # one line: the endpoints' parameter description (MCP's too)
+    slider: tuple[float, float, float]  # the page's (minimum, maximum, step): the useful part of the range
+
+    @property
+    def whole(self) -> bool:
+        return self.slider[2] == 1
+
+
+def knob(off: float, low: float, high: float, label: str, description: str, slider: tuple[float, float, float]):
+    """A `Sampling` field whose default, `off`, changes nothing."""
+    return field(default=off, metadata={"knob": Knob(low, high, label, description, slider)})
+
+
+def knobs() -> dict[str, Knob]:
+    """Every sampling setting's knob, by field name, in the fields' order."""
+    return {f.name: f.metadata["knob"] for f in fields(Sampling)}
+
+
 @dataclass(frozen=True)
 class Sampling:
-    """What turns p_base into p_final. The defaults change nothing (p_final == p_base)."""
+    """What turns p_base into p_final. The defaults change nothing (p_final == p_base).
 
-    temperature: float = 1.0
-    top_k: int = 0  # 0: off
-    top_p: float = 1.0  # 1: off
-    repetition_penalty: float = 1.0  # 1: off
-    presence_penalty: float = 0.0  # 0: off
-    frequency_penalty: float = 0.0  # 0: off
+    Temperature and repetition penalty divide the logits: far below 0.01 a logit overflows float32 to inf, and
+    p_final becomes NaN (1e-45 did, before the lower bound).
+    """
+
+    temperature: float = knob(1.0, 0.01, 5.0, "Temperature", "Sampling temperature applied to p_final (0.01-5; 1 "
+                              "changes nothing).", (0.05, 2.0, 0.05))
+    top_k: int = knob(0, 0, MAX_TOP_K, "Top-k (0 = off)", "Keep only the top_k likeliest tokens in p_final (0-200; 0 "
+                      "is off).", (0, MAX_TOP_K, 1))
+    top_p: float = knob(1.0, 0.01, 1.0, "Top-p (1 = off)", "Keep the fewest likeliest tokens whose probabilities sum "
+                        "to top_p (0.01-1; 1 is off).", (0.05, 1.0, 0.01))
+    repetition_penalty: float = knob(1.0, 0.01, 5.0, "Repetition penalty (1 = off)", "transformers' repetition "
+                                     "penalty over the context (0.01-5; 1 is off).", (1.0, 2.0, 0.05))
+    presence_penalty: float = knob(0.0, -2.0, 2.0, "Presence penalty (0 = off)", "OpenAI's presence penalty over "
+                                   "the context (-2 to 2; 0 is off).", (-2.0, 2.0, 0.1))
+    frequency_penalty: float = knob(0.0, -2.0, 2.0, "Frequency penalty (0 = off)", "OpenAI's frequency penalty over "
+                                    "the context (-2 to 2; 0 is off).", (-2.0, 2.0, 0.1))
+    min_p: float = knob(0.0, 0.0, 1.0, "Min-p (0 = off)", "After top_p, drop the tokens less likely than min_p "
+                        "times the likeliest (0-1; 0 is off).", (0.0, 0.5, 0.01))
 
     def __post_init__(self) -> None:
-        for name, (low, high) in LIMITS.items():
+        for name, setting in knobs().items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-                raise ValueError(f"{name} must be a number from {low:g} to {high:g}, got {value!r}")
-            object.__setattr__(self, name, float(value))
-        top_k = self.top_k
-        if (
-            isinstance(top_k, bool)
-            or not isinstance(top_k, (int, float))
-            or not math.isfinite(top_k)
-            or int(top_k) != top_k
-            or top_k < 0
-        ):
-            raise ValueError(f"top_k must be a whole number, 0 (off) or more, got {top_k!r}")
-        object.__setattr__(self, "top_k", int(top_k))
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a number from {setting.low:g} to {setting.high:g}, got {value!r}")
+            if setting.whole and int(value) != value:
+                raise ValueError(f"{name} must be a whole number from {setting.low:g} to {setting.high:g}, "
+                                 f"got {value!r}")
+            if not setting.low <= value <= setting.high:
+                raise ValueError(f"{name} must be between {setting.low:g} and {setting.high:g}, got {value!r}")
+            object.__setattr__(self, name, int(value) if setting.whole else float(value))
+
+    @classmethod
+    def from_keywords(cls, given: Sampling | None, keywords: Mapping[str, object]) -> Sampling:
+        """The sampling a caller asked for: `given` whole, or the flat keywords named as its fields (the others in
+        `keywords` are ignored), not both."""
+        flat = {name: keywords[name] for name in knobs() if name in keywords}
+        if given is None:
+            return cls(**flat)
+        if not isinstance(given, Sampling):
+            raise ValueError(f"sampling must be a Sampling, got {type(given).__name__}")
+        changed = sorted(name for name, value in flat.items() if value != getattr(PLAIN, name))
+        if changed:
+            raise ValueError(f"give the sampling either as `sampling` or as keywords, not both (also given: "
+                             f"{', '.join(changed)})")
+        return given
 
     def shaping(self) -> LogitsProcessorList:
         """The processors that reshape the scores (penalties, temperature), in `generate`'s order."""
@@ -90,12 +135,15 @@ class Sampling:
         return chain
 
     def filters(self) -> LogitsProcessorList:
-        """The processors that cut tokens (top-k, top-p): after a constraint's mask, so they keep valid tokens."""
+        """The processors that cut tokens (top-k, top-p, min-p): after a constraint's mask, so they keep valid
+        tokens."""
         chain = LogitsProcessorList()
         if self.top_k:
             chain.append(TopKLogitsWarper(self.top_k))
         if self.top_p < 1.0:
             chain.append(TopPLogitsWarper(self.top_p))
+        if self.min_p > 0.0:
+            chain.append(MinPLogitsWarper(self.min_p))
         return chain
 
     def processors(self) -> LogitsProcessorList:
@@ -119,6 +167,7 @@ class Sampling:
 
 
 PLAIN = Sampling()
+LIMITS = {name: (setting.low, setting.high) for name, setting in knobs().items()}
 
 PRESETS: dict[str, tuple[Sampling, str]] = {
     "greedy": (Sampling(), "greedy"),

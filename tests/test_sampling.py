@@ -6,7 +6,7 @@ import torch
 import custom_llm_inference as cli
 from lookahead.sampling import PRESETS
 
-TRANSFORMERS_SETTINGS = ("temperature", "top_k", "top_p", "repetition_penalty")  # presence/frequency: OpenAI's
+TRANSFORMERS_SETTINGS = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p")  # presence/frequency: OpenAI's
 TEXT = "The old sailor looked at the sea and the sea looked back at the old sailor. The sea"
 SETTINGS = [
     {"temperature": 0.7},
@@ -14,6 +14,8 @@ SETTINGS = [
     {"top_p": 0.8},
     {"repetition_penalty": 1.5},
     {"temperature": 1.3, "top_k": 20, "top_p": 0.9, "repetition_penalty": 1.2},
+    {"min_p": 0.05},
+    {"temperature": 0.8, "top_p": 0.9, "min_p": 0.1},
     *[{k: v for k, v in preset.as_dict().items() if k in TRANSFORMERS_SETTINGS} for preset, _ in PRESETS.values()],
 ]
 
@@ -23,7 +25,7 @@ def transformers_scores(model, tokenizer, text: str, **settings) -> torch.Tensor
     ids = torch.tensor([tokenizer(text)["input_ids"]])
     out = model.generate(
         ids, do_sample=True, max_new_tokens=1, output_scores=True, return_dict_in_generate=True,
-        **{"temperature": 1.0, "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0, **settings},
+        **{"temperature": 1.0, "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0, "min_p": None, **settings},
     )
     return out.scores[0][0]
 
@@ -38,7 +40,7 @@ def test_p_base_and_p_final_equal_transformers_processors(model_name, settings):
     logprobs = torch.log_softmax(logits.float(), -1)
     entries = cli.next_token_distribution(TEXT, 30, **settings, model_name=model_name)
     for e in entries:
-        assert e["p_final"] == pytest.approx(float(p_final[e["token_id"]]), abs=1e-5)
+        assert e["p_final"] == pytest.approx(float(p_final[e["token_id"]]), abs=1e-6 if "min_p" in settings else 1e-5)
         assert e["kept"] == bool(torch.isfinite(scores[e["token_id"]]))
         assert e["logprob"] == pytest.approx(float(logprobs[e["token_id"]]), abs=1e-4)
     kept = [e for e in entries if e["kept"]]
@@ -106,3 +108,17 @@ def test_sampled_branches_are_reproducible_with_the_seed_and_stay_inside_the_fil
 def test_bad_sampling_arguments_raise_clear_value_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         cli.lookahead("Hello", **kwargs)
+
+
+def test_one_sampling_value_answers_as_the_flat_keywords_and_not_beside_them(embedded):
+    from lookahead.sampling import Sampling
+
+    settings = {"temperature": 0.8, "top_p": 0.9, "min_p": 0.1, "presence_penalty": 0.5}
+    flat = cli.lookahead(TEXT, 3, 2, **settings, session="flat")
+    whole = cli.lookahead(TEXT, 3, 2, sampling=Sampling(**settings), session="whole")
+    assert whole["branches"] == flat["branches"] and whole["distribution"] == flat["distribution"]
+    assert whole["sampling"] == Sampling(**settings).as_dict()
+    with pytest.raises(ValueError, match="not both.*temperature"):
+        cli.lookahead(TEXT, sampling=Sampling(**settings), temperature=0.5)
+    with pytest.raises(ValueError, match="sampling must be a Sampling"):
+        cli.next_token_distribution(TEXT, sampling={"min_p": 0.1})
