@@ -7,8 +7,8 @@ checks its arguments once, in the calling process, and builds one typed, frozen 
 (lookahead/backends/base.py: one method per request type) runs it: in this process by default
 (`InProcess`, lookahead/backends/in_process.py, which keeps each session's caches), or on a vLLM server
 (`use_backend("vllm", url)`, or LOOKAHEAD_BACKEND=vllm and LOOKAHEAD_SERVER_URL;
-lookahead/backends/server/vllm.py). In-process, the model runs inside `_on_gpu`, the one `@spaces.GPU`
-function: on ZeroGPU an exception raised inside a GPU worker reaches the visitor as its class
+lookahead/backends/server/vllm.py). In-process, the model runs inside `on_gpu` (lookahead/backends/zerogpu.py),
+the one `@spaces.GPU` function: on ZeroGPU an exception raised inside a GPU worker reaches the visitor as its class
 name alone, and a refused request should cost no GPU time, hence the checks first.
 The engine's tensor-level pieces live in the `lookahead` package:
   lookahead/models.py        which model, loaded how (embedded offline default)
@@ -30,11 +30,13 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
-import spaces  # must come before torch: on ZeroGPU it patches CUDA initialisation
+# On ZeroGPU `spaces` must be imported before torch (it patches CUDA initialisation as it is imported): zerogpu
+# imports it first, and comes here before every other part of the engine, each of which imports torch.
+from lookahead.backends.zerogpu import gpu_seconds, on_gpu  # isort: split
 
 from lookahead.attribution import METHODS as ATTRIBUTION_METHODS
 from lookahead.backends.base import Backend, BackendError
-from lookahead.backends.in_process import InProcess, answer
+from lookahead.backends.in_process import InProcess
 from lookahead.backends.server.vllm import VLLMBackend
 from lookahead.branches import get_lookahead_sequences
 from lookahead.chat import as_dicts, check_messages, check_template, encode
@@ -46,7 +48,6 @@ from lookahead.requests import (
     GenerateRequest,
     LookaheadRequest,
     Messages,
-    Request,
     ScoresRequest,
 )
 from lookahead.results import last, stop_tokens, text_token_places
@@ -101,24 +102,6 @@ MAX_STEPS, MAX_WINDOW = 64, 2048  # attribution: integrated-gradients points, to
 MAX_SEED = 2**63 - 1  # torch.Generator's seeds are 64-bit
 MAX_FIT_TOKENS = 256  # tokens after the caret a branch's fit is measured on
 GENERATION_METHODS = ("greedy", "lookahead")
-
-# GPU time asked of ZeroGPU per call (before its duration factor, 1.5 on current hardware).
-# The request is checked against the visitor's remaining quota (~2 minutes for an anonymous
-# visitor) before anything runs, so ask for what a call needs, not a safe maximum.
-INTERACTION_GPU_SECONDS = 10  # a lookahead or distribution: well under a second of work
-# An attribution: a forward and a backward (~3 forwards) per token of the window and per step; 2048 tokens x
-# 64 steps asks for 10 + 53 s (x1.5: under an anonymous visitor's ~2 minutes).
-ATTRIBUTION_GPU_SECONDS_PER_TOKEN_PASS = 0.0004
-GENERATE_GPU_SECONDS = 4.0  # a continuation: the prompt's pass and start-up ...
-GENERATE_GPU_SECONDS_PER_TOKEN = 0.015  # ... plus this per new token (MAX_NEW_TOKENS: 20 s)
-
-
-
-if on_zero_gpu():
-    # ZeroGPU wants the models loaded (and moved to CUDA) at import time, outside GPU functions.
-    for _name in available_models():
-        load_model(_name)
-
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
@@ -235,28 +218,6 @@ def _at_caret(text: object, caret: object, session: object, model_name: object, 
     return common, (whole[caret:] if caret < len(whole) else None)
 
 
-def gpu_seconds(request: Request) -> int:
-    """The GPU duration `_on_gpu(request)` asks ZeroGPU for, by the request's type, in whole seconds (spaces drops
-    a fraction)."""
-    if isinstance(request, GenerateRequest):
-        return math.ceil(GENERATE_GPU_SECONDS + GENERATE_GPU_SECONDS_PER_TOKEN * request.max_new_tokens)
-    if isinstance(request, AttributionRequest):  # a forward and a backward over the window, per step
-        steps = request.steps if request.method == "integrated_gradients" else 1
-        return math.ceil(INTERACTION_GPU_SECONDS + ATTRIBUTION_GPU_SECONDS_PER_TOKEN_PASS * request.window * steps)
-    return INTERACTION_GPU_SECONDS
-
-
-@spaces.GPU(duration=gpu_seconds)
-def _on_gpu(request: Request) -> Iterator[dict]:
-    """Run one checked request; everything that touches the model runs here (`answer` dispatches on its type).
-
-    One entry point, a generator (Continue streams): spaces keeps one worker pool per
-    decorated function, so every endpoint's calls land in the same workers and share
-    their session caches. Off ZeroGPU the decorator changes nothing.
-    """
-    yield from answer(request)
-
-
 BACKENDS = ("in-process", "vllm")
 
 
@@ -268,7 +229,7 @@ def use_backend(name: str = "in-process", server_url: str | None = None) -> Back
     if name == "vllm" and not server_url:
         raise ValueError("the vllm backend needs the server's URL, e.g. http://localhost:8000/v1 "
                          "(LOOKAHEAD_SERVER_URL)")
-    _backend = VLLMBackend(server_url) if name == "vllm" else InProcess(_on_gpu)
+    _backend = VLLMBackend(server_url) if name == "vllm" else InProcess(on_gpu)
     return _backend
 
 
@@ -277,7 +238,7 @@ def backend() -> Backend:
     return _backend
 
 
-_backend: Backend = InProcess(_on_gpu)
+_backend: Backend = InProcess(on_gpu)
 if os.environ.get("LOOKAHEAD_BACKEND"):
     use_backend(os.environ["LOOKAHEAD_BACKEND"], os.environ.get("LOOKAHEAD_SERVER_URL"))
 

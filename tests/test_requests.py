@@ -6,6 +6,7 @@ import inspect
 import pytest
 
 import custom_llm_inference as cli
+from lookahead.backends import zerogpu
 from lookahead.backends.base import Backend, Capabilities
 from lookahead.backends.in_process import InProcess
 from lookahead.backends.server.vllm import VLLMBackend
@@ -96,7 +97,7 @@ def test_a_refused_argument_never_reaches_the_backend(recording):
 
 def test_the_gpu_time_asked_follows_the_requests_type():
     interaction = [LookaheadRequest(text="x"), DistributionRequest(text="x"), ScoresRequest(text="x")]
-    assert {cli.gpu_seconds(r) for r in interaction} == {cli.INTERACTION_GPU_SECONDS}
+    assert {cli.gpu_seconds(r) for r in interaction} == {zerogpu.INTERACTION_GPU_SECONDS}
     assert cli.gpu_seconds(GenerateRequest(text="x", max_new_tokens=1000)) > cli.gpu_seconds(
         GenerateRequest(text="x", max_new_tokens=10))
 
