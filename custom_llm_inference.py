@@ -32,12 +32,11 @@ from dataclasses import replace
 
 # On ZeroGPU `spaces` must be imported before torch (it patches CUDA initialisation as it is imported): zerogpu
 # imports it first, and comes here before every other part of the engine, each of which imports torch.
-from lookahead.backends.zerogpu import gpu_seconds, on_gpu  # isort: split
+from lookahead.backends.zerogpu import gpu_seconds  # isort: split
 
 from lookahead.attribution import METHODS as ATTRIBUTION_METHODS
+from lookahead.backends import make_backend
 from lookahead.backends.base import Backend, BackendError
-from lookahead.backends.in_process import InProcess
-from lookahead.backends.server.vllm import VLLMBackend
 from lookahead.branches import get_lookahead_sequences
 from lookahead.chat import as_dicts, check_messages, check_template, encode
 from lookahead.constraints import Constraint, check_constraint, written_part_error
@@ -218,18 +217,11 @@ def _at_caret(text: object, caret: object, session: object, model_name: object, 
     return common, (whole[caret:] if caret < len(whole) else None)
 
 
-BACKENDS = ("in-process", "vllm")
-
-
 def use_backend(name: str = "in-process", server_url: str | None = None) -> Backend:
-    """Answer every public function in-process (the default) or through a vLLM server at `server_url` (…/v1)."""
+    """Answer every public function with the backend registered as `name` (lookahead/backends: in-process, the
+    default, or through a server such as vLLM's at `server_url`, …/v1)."""
     global _backend
-    if name not in BACKENDS:
-        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {name!r}")
-    if name == "vllm" and not server_url:
-        raise ValueError("the vllm backend needs the server's URL, e.g. http://localhost:8000/v1 "
-                         "(LOOKAHEAD_SERVER_URL)")
-    _backend = VLLMBackend(server_url) if name == "vllm" else InProcess(on_gpu)
+    _backend = make_backend(name, server_url)
     return _backend
 
 
@@ -238,7 +230,7 @@ def backend() -> Backend:
     return _backend
 
 
-_backend: Backend = InProcess(on_gpu)
+_backend: Backend = make_backend("in-process")
 if os.environ.get("LOOKAHEAD_BACKEND"):
     use_backend(os.environ["LOOKAHEAD_BACKEND"], os.environ.get("LOOKAHEAD_SERVER_URL"))
 

@@ -6,7 +6,7 @@ import inspect
 import pytest
 
 import custom_llm_inference as cli
-from lookahead.backends import zerogpu
+from lookahead.backends import BACKENDS, make_backend, zerogpu
 from lookahead.backends.base import Backend, Capabilities
 from lookahead.backends.in_process import InProcess
 from lookahead.backends.server.vllm import VLLMBackend
@@ -22,14 +22,25 @@ from lookahead.sampling import Sampling
 PROTOCOL_METHODS = ["lookahead", "distribution", "scores", "generate", "attribution", "warm_up", "forget"]
 
 
-@pytest.mark.parametrize("implementation", [InProcess, VLLMBackend])
-def test_both_backends_implement_every_method_of_the_interface_with_its_parameters(implementation):
-    for name in PROTOCOL_METHODS:
-        theirs = inspect.signature(getattr(implementation, name)).parameters
-        ours = inspect.signature(getattr(Backend, name)).parameters
-        assert list(theirs) == list(ours), name
-    made = implementation(None) if implementation is InProcess else implementation("http://localhost:1/v1")
+@pytest.mark.parametrize("name", list(BACKENDS))
+def test_every_registered_backend_implements_every_method_of_the_interface_with_its_parameters(name):
+    made = make_backend(name, "http://localhost:1/v1")
+    for method in PROTOCOL_METHODS:
+        theirs = inspect.signature(getattr(type(made), method)).parameters
+        ours = inspect.signature(getattr(Backend, method)).parameters
+        assert list(theirs) == list(ours), method
     assert isinstance(made.capabilities, Capabilities)
+
+
+def test_a_backend_is_chosen_by_its_registered_name_and_a_server_one_needs_its_url():
+    assert isinstance(make_backend("in-process"), InProcess)
+    assert isinstance(make_backend("vllm", "http://localhost:1/v1"), VLLMBackend)
+    with pytest.raises(ValueError, match=r"backend must be one of \['in-process', 'vllm'.*\], got 'nowhere'"):
+        make_backend("nowhere")
+    for name, entry in BACKENDS.items():
+        if entry.needs_server:
+            with pytest.raises(ValueError, match=f"the {name} backend needs the server's URL, e.g. http"):
+                make_backend(name)
 
 
 class Recording:

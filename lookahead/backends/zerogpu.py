@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import spaces  # before the engine below: on ZeroGPU it patches CUDA initialisation, which torch must not run first
 
-from lookahead.backends.in_process import answer
+from lookahead.backends.in_process import InProcess, answer
 from lookahead.models import available_models, load_model, on_zero_gpu
 from lookahead.requests import AttributionRequest, GenerateRequest, Request
 
@@ -49,6 +49,11 @@ def on_gpu(request: Request) -> Iterator[dict]:
     their session caches. Off ZeroGPU the decorator changes nothing.
     """
     yield from answer(request)
+
+
+def in_process_backend() -> InProcess:
+    """The in-process backend (the "in-process" entry of lookahead/backends), its requests run in `on_gpu`."""
+    return InProcess(on_gpu)
 
 
 if on_zero_gpu():
