@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
@@ -28,7 +26,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from lookahead.chat import context_ids, encode
-from lookahead.prefix_cache import forget_session
+from lookahead.sessions import SessionStore
 
 CONSTRAINT_TYPES = ("choice", "regex", "json_schema", "grammar")
 MAX_CHOICES = 1000
@@ -199,9 +197,10 @@ class MatcherStore:
     """
 
     def __init__(self, max_sessions: int = KEPT_SESSIONS, per_session: int = KEPT_PER_SESSION) -> None:
-        self._sessions: OrderedDict[Hashable, list[tuple[tuple, tuple[int, ...], llguidance.LLMatcher]]] = OrderedDict()
-        self._lock = threading.Lock()
-        self.max_sessions, self.per_session = max_sessions, per_session
+        # key -> [(grammar, the tokens taken, the matcher after them)], the latest last
+        self._sessions: SessionStore[Hashable, list[tuple[tuple, tuple[int, ...], llguidance.LLMatcher]]] = (
+            SessionStore(max_sessions))
+        self.per_session = per_session
 
     def guide(
         self, key: Hashable, constraint: Constraint, written: str, tokens: Sequence[int],
@@ -209,8 +208,7 @@ class MatcherStore:
     ) -> Guide:
         """A guide that has taken `tokens` under (`written` then the constraint); ValueError if it refuses one."""
         grammar, tokens = (constraint.type, constraint.value, written), tuple(tokens)
-        with self._lock:
-            kept = [(len(t), m) for g, t, m in self._sessions.get(key, ()) if g == grammar and tokens[: len(t)] == t]
+        kept = [(len(t), m) for g, t, m in self._sessions.get(key) or () if g == grammar and tokens[: len(t)] == t]
         if kept:
             taken, stored = max(kept, key=lambda pair: pair[0])
             matcher = stored.deep_copy()
@@ -218,11 +216,9 @@ class MatcherStore:
             taken, matcher = 0, _compiled(_ll_tokenizer(tokenizer, eos), constraint.body(), written).deep_copy()
         if not matcher.consume_tokens(list(tokens[taken:])):
             raise ValueError(f"the {constraint.type} constraint refuses the text written after its start")
-        with self._lock:
-            entries = [e for e in self._sessions.pop(key, []) if (e[0], e[1]) != (grammar, tokens)]
-            self._sessions[key] = [*entries, (grammar, tokens, matcher.deep_copy())][-self.per_session :]
-            while len(self._sessions) > self.max_sessions:
-                self._sessions.popitem(last=False)
+        with self._sessions.lock:  # as one step: another call of the session may store its matcher meanwhile
+            entries = [e for e in self._sessions.get(key) or () if (e[0], e[1]) != (grammar, tokens)]
+            self._sessions.put(key, [*entries, (grammar, tokens, matcher.deep_copy())][-self.per_session :])
         return Guide(matcher, vocab_size, device, taken)
 
     def context_and_guide(
@@ -245,12 +241,10 @@ class MatcherStore:
         return ids, self.guide(key, constraint, text[begins:start], ids[first:], tokenizer, eos, vocab_size, device)
 
     def clear(self) -> None:
-        with self._lock:
-            self._sessions.clear()
+        self._sessions.clear()
 
     def forget(self, session: str) -> None:
-        with self._lock:
-            forget_session(self._sessions, session)
+        self._sessions.forget(session)
 
     def __len__(self) -> int:
         return len(self._sessions)

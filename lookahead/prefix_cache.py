@@ -26,9 +26,6 @@ changed token.
 from __future__ import annotations
 
 import os
-import threading
-import weakref
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import NamedTuple
 
@@ -37,6 +34,7 @@ from transformers import DynamicCache
 
 from lookahead.kv_cache import GrowableCache, allocated_bytes
 from lookahead.scoring import Scores, unscored
+from lookahead.sessions import SessionStore
 
 # A continuation: its token ids and, per layer, the (keys, values) of those tokens.
 Continuation = tuple[Sequence[int], list[tuple[torch.Tensor, torch.Tensor]]]
@@ -53,24 +51,6 @@ class Entry(NamedTuple):
     cache: DynamicCache
     continuations: list[Continuation]
     scores: Scores | None  # rows for a prefix of `ids` (all of them, with the frontier, after a scored request)
-
-
-def forget_session(entries: dict[Hashable, object], session: str) -> None:
-    """Remove from `entries`, keyed (model, session) as every per-session store here is, the keys of `session`."""
-    for key in [key for key in entries if key[1] == session]:
-        del entries[key]
-
-
-def renew_lock_in_forks(owner: object) -> None:
-    """Give `owner` a new `_lock` in every process forked from this one (a ZeroGPU worker): a lock held by one
-    of this process's threads at the fork stays held in the child, where no thread will ever release it."""
-    ref = weakref.ref(owner)
-
-    def renew() -> None:
-        if (alive := ref()) is not None:
-            alive._lock = threading.Lock()
-
-    os.register_at_fork(after_in_child=renew)
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -106,28 +86,26 @@ def default_budget_bytes(device: torch.device) -> int:
 class PrefixCacheStore:
     """Session key -> Entry (token ids, their KV cache, known continuations, scores), LRU within `max_bytes`.
 
-    `max_bytes=None` sizes the budget on first use from the device the caches live on.
+    `max_bytes=None` sizes the budget on first use from the device the caches live on. On ZeroGPU the parent
+    reads the store (scores already held) while GPU workers fork from it: the store's lock is renewed in them.
     """
 
     def __init__(self, max_bytes: int | None = None):
         self.max_bytes = max_bytes
         self.hits = self.misses = 0  # takes that reused a prefix / started cold
-        self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
-        self._lock = threading.Lock()
-        renew_lock_in_forks(self)  # on ZeroGPU the parent reads the store (scores already held) while workers fork
+        self._entries: SessionStore[Hashable, Entry] = SessionStore(full=lambda: self.bytes() > (self.max_bytes or 0))
 
     def take(self, key: Hashable, token_ids: Sequence[int], scored: bool = False) -> Taken:
         """A cache holding the longest reusable prefix of `token_ids` (always leaving one token to run).
 
         Scoring (asked for now, or earlier by this session) may reuse less: see the module's docstring.
         """
-        with self._lock:
-            entry = self._entries.pop(key, None)
+        entry = self._entries.pop(key)
         if entry is None:
             taken = Taken(GrowableCache(), 0, _no_rows(token_ids) if scored else None)
         else:
             taken = _reuse(entry, token_ids, scored)
-        with self._lock:
+        with self._entries.lock:
             self.hits += taken.reused > 0
             self.misses += taken.reused == 0
         return taken
@@ -137,11 +115,11 @@ class PrefixCacheStore:
         `token_ids` to be masked out (lookahead/branches.py), and the entry to put back as it was. That keeps
         more than it must run; else (the text changed more before the caret than stays after it) `take`'s crop,
         and None."""
-        with self._lock:
+        with self._entries.lock:
             entry = self._entries.get(key)
             reused = None if entry is None else kept_whole(entry.ids, token_ids)
             if reused is not None:
-                del self._entries[key]
+                self._entries.pop(key)
                 self.hits += 1
                 return Taken(entry.cache, reused, None), entry
         return self.take(key, token_ids), None
@@ -150,24 +128,19 @@ class PrefixCacheStore:
         self, key: Hashable, token_ids: Sequence[int], cache: DynamicCache, continuations: Sequence[Continuation] = (),
         scores: Scores | None = None,
     ) -> None:
-        with self._lock:
+        with self._entries.lock:
             if self.max_bytes is None and cache.layers:
                 self.max_bytes = default_budget_bytes(cache.layers[0].keys.device)
-            self._entries[key] = Entry(tuple(token_ids), cache, list(continuations), scores)
-            self._entries.move_to_end(key)
-            while len(self._entries) > 1 and self.bytes() > (self.max_bytes or 0):
-                self._entries.popitem(last=False)
+            self._entries.put(key, Entry(tuple(token_ids), cache, list(continuations), scores))
 
     def scoring(self, key: Hashable) -> bool:
         """Whether the session scores its tokens (its entry keeps their rows: the heatmap is shown)."""
-        with self._lock:
-            entry = self._entries.get(key)
+        entry = self._entries.get(key)
         return entry is not None and entry.scores is not None
 
     def shared(self, key: Hashable, token_ids: Sequence[int], scored: bool = False) -> int:
         """How many leading tokens of `token_ids` the session's cache holds (with their scores, if `scored`)."""
-        with self._lock:
-            entry = self._entries.get(key)
+        entry = self._entries.get(key)
         if entry is None or (scored and entry.scores is None):
             return 0
         shared = common_prefix_length(entry.ids, token_ids)
@@ -175,15 +148,14 @@ class PrefixCacheStore:
 
     def scores(self, key: Hashable, token_ids: Sequence[int]) -> Scores | None:
         """The session's rows for exactly `token_ids`, if it has them all (then nothing need run)."""
-        with self._lock:
-            entry = self._entries.get(key)
+        entry = self._entries.get(key)
         if entry is None or entry.scores is None or entry.ids[: len(token_ids)] != tuple(token_ids):
             return None
         return entry.scores.head(len(token_ids)) if len(entry.scores) >= len(token_ids) else None
 
     def copy(self, key: Hashable) -> Entry | None:
         """A private copy of a session's entry (its cache cloned), leaving the entry in place."""
-        with self._lock:
+        with self._entries.lock:  # as one step: `install` extends a stored cache in place
             entry = self._entries.get(key)
             if entry is None:
                 return None
@@ -202,7 +174,7 @@ class PrefixCacheStore:
         scores: Scores | None,
     ) -> bool:
         """Extend a session still holding `base_ids` to `token_ids` with the new tokens' KV; False if it moved on."""
-        with self._lock:
+        with self._entries.lock:
             entry = self._entries.get(key)
             if entry is None or entry.ids != tuple(base_ids) or entry.cache.get_seq_length() != len(base_ids):
                 return False
@@ -211,8 +183,7 @@ class PrefixCacheStore:
                 return True
             for layer, (keys, values) in zip(entry.cache.layers, new_kv):
                 layer.update(keys, values)
-            self._entries[key] = Entry(tuple(token_ids), entry.cache, list(continuations), scores)
-            self._entries.move_to_end(key)
+            self._entries.put(key, Entry(tuple(token_ids), entry.cache, list(continuations), scores))
             self.hits += 1
         return True
 
@@ -221,13 +192,11 @@ class PrefixCacheStore:
         return sum(allocated_bytes(e.cache) + (e.scores.nbytes() if e.scores else 0) for e in self._entries.values())
 
     def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
+        self._entries.clear()
 
     def forget(self, session: str) -> None:
         """Drop a session's entries, whatever the model: a one-call session's cache would only crowd out others'."""
-        with self._lock:
-            forget_session(self._entries, session)
+        self._entries.forget(session)
 
     def __len__(self) -> int:
         return len(self._entries)

@@ -86,7 +86,7 @@ def test_a_forked_process_can_use_a_store_whose_lock_a_parent_thread_held_at_the
     """On ZeroGPU the parent reads the store (scores it already holds) while GPU workers are forked from it."""
     store = PrefixCacheStore()
     store.put("s", [1, 2, 3], fake_cache(3))
-    with store._lock:  # as a parent thread reading the store at the moment of the fork
+    with store._entries.lock:  # as a parent thread reading the store at the moment of the fork
         child = os.fork()
         if child == 0:
             os._exit(0 if store.take("s", [1, 2, 3, 4]).reused == 3 else 1)

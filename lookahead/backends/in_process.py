@@ -1,16 +1,15 @@
 """The in-process backend: the model in this process, and each session's caches kept here.
 
 custom_llm_inference checks every argument and hands a typed request (lookahead/requests.py) to one of
-`InProcess`'s methods; the request then runs in the one `@spaces.GPU` entry point, which calls `answer`.
-Each session's KV cache, precomputed answers and constraint matchers are kept in this process
-(`prefix_caches`, `speculator`, `matchers`).
+`InProcess`'s methods; the request then runs in the one `@spaces.GPU` entry point (`on_gpu`,
+lookahead/backends/zerogpu.py), which calls `answer`.
+Each session's KV cache, precomputed answers, constraint matchers and token listing are kept in this process
+(`prefix_caches`, `speculator`, `matchers`, `listings`).
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from typing import NamedTuple
@@ -28,7 +27,7 @@ from lookahead.context import Prompt, follow_ids, read_prompt, read_scored_text
 from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.kv_cache import GrowableCache
 from lookahead.models import converted, default_model_name, device, load_model, model_pass_costs, on_zero_gpu
-from lookahead.prefix_cache import PrefixCacheStore, Taken, common_prefix_length, forget_session, renew_lock_in_forks
+from lookahead.prefix_cache import PrefixCacheStore, Taken, common_prefix_length
 from lookahead.reading import Read, Reader
 from lookahead.requests import (
     AttributionRequest,
@@ -56,6 +55,7 @@ from lookahead.results import (
 from lookahead.sampling import Sampling
 from lookahead.scheduler import Cancelled, scheduler
 from lookahead.scoring import extend_and_score
+from lookahead.sessions import SessionStore
 from lookahead.speculation import ScratchStore, Speculator
 
 CANCEL_POLL_SECONDS = 0.05  # how often a yielding call that waits for precomputation looks whether it was cancelled
@@ -69,9 +69,9 @@ matchers = MatcherStore()
 class InProcess:
     """The default backend: the model in this process (on ZeroGPU, in its GPU workers), sessions' caches kept here.
 
-    `on_gpu(request)` runs a checked request where the model is (custom_llm_inference's one `@spaces.GPU`
-    function, which calls `answer`). Every call but a yielding one goes through `_serve`: it pre-empts
-    precomputation, and may find its answer ready.
+    `on_gpu(request)` runs a checked request where the model is (the one `@spaces.GPU` function,
+    lookahead/backends/zerogpu.py, which calls `answer`). Every call but a yielding one goes through `_serve`: it
+    pre-empts precomputation, and may find its answer ready.
     """
 
     @property
@@ -367,15 +367,12 @@ class Listings:
     3k tokens with 5 alternatives) cost ~10 ms of each click with the heatmap shown."""
 
     def __init__(self, sessions: int = 64) -> None:
-        self.sessions = sessions
-        self._last: OrderedDict[tuple[str, str], tuple[list[int], int, int, list[dict]]] = OrderedDict()
-        self._lock = threading.Lock()
-        renew_lock_in_forks(self)
+        # key -> (the token ids listed, the tokens dropped before them, the alternatives per token, the entries)
+        self._last: SessionStore[tuple[str, str], tuple[list[int], int, int, list[dict]]] = SessionStore(sessions)
 
     def earlier(self, key: tuple[str, str], ids: list[int], dropped: int, k: int) -> tuple[list[dict], int]:
         """The last listing's entries and the leading positions it shares with `ids` (none if windowed otherwise)."""
-        with self._lock:
-            last = self._last.get(key)
+        last = self._last.get(key)
         if last is None or last[1:3] != (dropped, k):
             return [], 0
         old = last[0]
@@ -383,19 +380,13 @@ class Listings:
         return last[3], shared
 
     def clear(self) -> None:
-        with self._lock:
-            self._last.clear()
+        self._last.clear()
 
     def forget(self, session: str) -> None:
-        with self._lock:
-            forget_session(self._last, session)
+        self._last.forget(session)
 
     def keep(self, key: tuple[str, str], ids: list[int], dropped: int, k: int, entries: list[dict]) -> None:
-        with self._lock:
-            self._last[key] = (ids, dropped, k, entries)
-            self._last.move_to_end(key)
-            while len(self._last) > self.sessions:
-                self._last.popitem(last=False)
+        self._last.put(key, (ids, dropped, k, entries))
 
 
 listings = Listings()
