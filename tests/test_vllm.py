@@ -18,6 +18,7 @@ from gradio_client import Client
 
 import custom_llm_inference as cli
 from conftest import TINY_LLAMA_DIR
+from lookahead.backends.server import completions
 from lookahead.backends.server import vllm as vllm_backend
 from lookahead.models import EMBEDDED_MODEL, embedded_model_dir
 from vllm_server import Proxy, VLLMServer
@@ -148,6 +149,36 @@ def test_p_final_is_exact_where_the_servers_top_tokens_decide_it(vllm, settings)
     assert ours["notice"] == ""
     assert_same_distribution(ours["distribution"], expected["distribution"])
     assert [b["token_ids"] for b in ours["branches"]] == [b["token_ids"] for b in expected["branches"]]
+
+
+@pytest.mark.parametrize("settings", [
+    dict(min_p=0.25),
+    dict(temperature=0.7, min_p=0.2),
+    dict(temperature=1.3, top_k=40, min_p=0.35),
+])
+def test_min_p_is_exact_where_it_cuts_the_least_likely_of_the_servers_top_tokens(vllm, settings):
+    """Every token past the top 20 is less likely than the 20th, so min_p cuts them all where it cuts that one:
+    here the top 20 hold under half the mass, the 20th a fifth as likely as the first."""
+    text = TEXTS[0]
+    with in_process():
+        expected = (cli.lookahead(text, 5, 3, **settings), cli.next_token_distribution(text, 10, **settings))
+    ours = cli.lookahead(text, 5, 3, **settings)
+    assert ours["notice"] == ""
+    assert_same_distribution(ours["distribution"], expected[0]["distribution"])
+    assert_same_distribution(cli.next_token_distribution(text, 10, **settings), expected[1])
+    assert [b["token_ids"] for b in ours["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
+    assert "approximate" in cli.lookahead(text, 5, 3, min_p=0.05)["notice"], "it keeps tokens past the top 20"
+
+
+def test_the_server_draws_sampled_branches_under_min_p_unless_top_p_comes_first(vllm, monkeypatch):
+    """vLLM applies min_p before top_p, transformers (and so p_final) after: with both, its draws are refused."""
+    sent = []
+    post = vllm._post
+    monkeypatch.setattr(vllm, "_post", lambda path, body, root=False: sent.append(body) or post(path, body, root))
+    cli.lookahead(TEXTS[0], 4, 5, temperature=1.2, min_p=0.2, branch_mode="sample", seed=7)
+    assert any(body["min_p"] == 0.2 and body["temperature"] == 1.2 for body in sent if body.get("max_tokens") == 4)
+    with pytest.raises(ValueError, match="min_p before top_p"):
+        cli.lookahead(TEXTS[0], 4, 5, top_p=0.9, min_p=0.2, branch_mode="sample", seed=7)
 
 
 def test_a_repetition_penalty_continues_each_branch_as_in_process_and_says_p_final_is_approximate(vllm):
@@ -283,7 +314,7 @@ def test_a_different_tokenizer_behind_the_url_is_a_clear_error(vllm, monkeypatch
         def __call__(self, text, **options):
             return {"input_ids": [1, 2, 3]}
 
-    monkeypatch.setattr(vllm_backend, "load_tokenizer", lambda name: OtherTokenizer())
+    monkeypatch.setattr(completions, "load_tokenizer", lambda name: OtherTokenizer())
     with pytest.raises(cli.BackendError, match="a different model is behind that URL"):
         cli.token_probabilities(TEXTS[0])
 
@@ -295,7 +326,7 @@ def test_a_server_down_or_stalled_is_a_clear_error_and_it_recovers(vllm, proxy):
             call()
     proxy.stall()
     slow = cli.use_backend("vllm", proxy.url)
-    slow.timeout, slow.client.timeout = 2, 2
+    slow.client.timeout = 2
     with pytest.raises(cli.BackendError, match="did not answer within 2 s"):
         cli.token_probabilities(TEXTS[0])
     proxy.up()

@@ -1,0 +1,464 @@
+"""A completions server as the engine: each request type answered through OpenAI-compatible /v1/completions calls.
+
+A server batches many writers' requests on GPUs, keeps their prefixes' KV cache and spreads a model over
+GPUs and nodes: what one process can't. This backend is a thin adapter; the answers are built by
+`lookahead/results.py`, as in-process. What differs from one server to another (its own request fields, how
+its answers hold token ids and log-probabilities, its model list and tokenizer, its sampling order) is a
+`Server` description, one small module per server (`vllm.py`).
+
+Exact by construction:
+- Text is tokenized here, by the model's own tokenizer (and chat template), and sent as token ids; ids
+  come back as ids: nothing is re-tokenized.
+- Every sampling field is sent, since the server's defaults (from the model's generation_config) would
+  replace omitted ones.
+- The next-token distribution is the server's top-N log-probabilities ("raw", before any penalty or
+  temperature, so p_base is the model's softmax; `top_n.py` makes p_final of them and says when it is
+  exact). The k branches are one batched request of k prompts (text + first token, `max_tokens=depth-1`,
+  greedy unless sampled), stopped here at the model's end-of-sequence token as in-process. Per-token
+  scores come from the server's log-probabilities of the prompt's own tokens.
+- Every request carries the session's fields (`Server.session_fields`), so that the server's prefix cache
+  serves a session its own text and nobody else's (docs/deploy-vllm.md).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http import HTTPStatus
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from lookahead.backends.base import BackendError, Capabilities
+from lookahead.backends.server.client import TIMEOUT_SECONDS, Client, Refused, Unreachable
+from lookahead.backends.server.top_n import Position, next_token_logprobs, score_rows
+from lookahead.chat import as_dicts
+from lookahead.constraints import Guide, MatcherStore
+from lookahead.context import follow_ids, read_prompt, read_scored_text
+from lookahead.models import load_tokenizer
+from lookahead.requests import (
+    AttributionRequest,
+    DistributionRequest,
+    GenerateRequest,
+    LookaheadRequest,
+    ScoresRequest,
+)
+from lookahead.results import (
+    DISTRIBUTION_ROWS,
+    Continuation,
+    branch_entries,
+    context_info,
+    distribution_entries,
+    forced_entry,
+    scores_result,
+    stop_tokens,
+)
+from lookahead.sampling import PLAIN, Sampling
+from lookahead.scheduler import scheduler
+
+COMPLETIONS = "/completions"
+GREEDY_TEMPERATURE = 0.0  # asks a server for its likeliest token
+PROBE_TEXT = "Probe: the tokenizer's ids for this text, ünïcödé and 12345, must match the server's."
+APPROXIMATE = (
+    "p_final is approximate here: the {server} server returns its top {n} tokens only, and these settings "
+    "need the rest of the distribution (see docs/deploy-vllm.md)."
+)
+Post = Callable[[str, dict, bool], dict]  # POST (path, body, root): the answer's JSON
+AskLogprobs = Callable[[int], dict]  # the request fields asking that many log-probabilities per position
+
+
+class Server(ABC):
+    """One kind of completions server: what it calls the fields the OpenAI API lacks, where its answers hold what
+    this backend reads, and what it cannot do as transformers does. A second server is one subclass of this."""
+
+    name: str  # as messages name it: "The {name} server at URL"
+    device: str  # the results' `device`: "{device} URL"
+    logprobs: int  # log-probabilities asked per position: the most the server allows by default
+    logprobs_option: str  # the server's option raising that cap, for the error when it is too low
+    model_name_option: str  # the server's option naming the model as the app knows it
+    fields: Mapping[str, object]  # sent with every completion: token ids back, end-of-sequence ignored
+    renamed: Mapping[str, str] = {}  # a `Sampling` field's name -> the server's, where they differ
+
+    def sampling_fields(self, sampling: Sampling, sample: bool) -> dict:
+        """One request field per `Sampling` field, every one (the server's defaults would replace an omitted one);
+        greedy unless `sample`: the best token by p_final is the best after the penalties, which temperature and
+        the filters keep."""
+        settings = sampling.as_dict() if sample else {**sampling.as_dict(), "temperature": GREEDY_TEMPERATURE}
+        return {self.renamed.get(name, name): value for name, value in settings.items()}
+
+    def draw_refusal(self, sampling: Sampling) -> str | None:
+        """Why the server cannot draw tokens from p_final under `sampling` (its filters in another order), if so."""
+        return None
+
+    def cached_tokens(self, answer: dict) -> int:
+        """Prompt tokens the server found in its prefix cache (OpenAI's usage.prompt_tokens_details)."""
+        details = (answer.get("usage") or {}).get("prompt_tokens_details") or {}
+        return int(details.get("cached_tokens") or 0)
+
+    @abstractmethod
+    def session_fields(self, model: str, session: str) -> dict:
+        """The fields that make the server's prefix cache reuse only `session`'s own requests."""
+
+    @abstractmethod
+    def token_ids(self, choice: dict) -> list[int]:
+        """The ids of the tokens a choice (or a streamed chunk's choice) generated."""
+
+    @abstractmethod
+    def top_logprobs(self, choice: dict) -> dict[int, float]:
+        """The first generated position's top log-probabilities, by token id: raw (the model's softmax, before any
+        penalty or temperature), as p_base is."""
+
+    @abstractmethod
+    def prompt_logprobs(self, n: int) -> dict:
+        """The request fields asking the top `n` log-probabilities of every prompt position (and its own token's)."""
+
+    @abstractmethod
+    def prompt_positions(self, choice: dict) -> list[Position | None]:
+        """Those log-probabilities, one position per prompt token (None: the first, with nothing before it)."""
+
+    @abstractmethod
+    def allowed_tokens(self, ids: list[int]) -> dict:
+        """The request fields restricting the next token to `ids`."""
+
+    @abstractmethod
+    def stop_fields(self, stops: Collection[int]) -> dict:
+        """The request fields that end a generation at any of `stops`."""
+
+    @abstractmethod
+    def logprobs_cap(self, message: str) -> int | None:
+        """The most log-probabilities the server allows, if its error `message` refuses more."""
+
+    @abstractmethod
+    def context_window(self, model: dict) -> int:
+        """The model's context window in tokens, from the server's /models entry for it."""
+
+    @abstractmethod
+    def tokenize(self, post: Post, model: str, text: str) -> list[int]:
+        """The server's token ids for `text` (no special tokens), asked through `post`."""
+
+
+@dataclass(frozen=True)
+class Served:
+    """A model the server serves, as it describes it."""
+
+    name: str
+    max_model_len: int
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the model sees for one request, tokenized here."""
+
+    tokenizer: PreTrainedTokenizerBase
+    ids: list[int]
+    dropped: int  # leading tokens left out of the server's context window
+    healed: str  # trailing whitespace backed up by token healing
+    model: str
+    session: str
+    allowed: torch.Tensor | None = None  # healing's mask over the first token
+    guide: Guide | None = None  # a constraint's state after the text
+    forced: tuple[int, ...] = ()  # the last of `ids`: the only tokens the constraint allowed after the text
+
+
+class TooManyLogprobs(Exception):
+    """The server allows only `allowed` log-probabilities per position."""
+
+    def __init__(self, allowed: int) -> None:
+        self.allowed = allowed
+
+
+def ask_top_logprobs(n: int) -> dict:
+    """OpenAI's field asking the top `n` log-probabilities of each generated position."""
+    return {"logprobs": n}
+
+
+def by_index(answer: dict) -> list[dict]:
+    """An answer's choices in the order of its prompts."""
+    return sorted(answer["choices"], key=lambda c: c["index"])
+
+
+class CompletionsBackend:
+    """Answers the public functions' checked requests through the completions server at `url` (…/v1) that `server`
+    describes. A server's backend subclasses this with its `server` and `capabilities`."""
+
+    server: Server
+    capabilities: Capabilities
+
+    def __init__(self, url: str, timeout: float = TIMEOUT_SECONDS) -> None:
+        self.client = Client(url, self.server.name, timeout)
+        self.url = self.client.url
+        self.device = f"{self.server.device} {self.url}"
+        self.logprobs = self.server.logprobs  # lowered to the server's cap if that is smaller
+        self._served: dict[str, Served] = {}  # checked models; forgotten when the server drops out
+        self.matchers = MatcherStore()  # each session's constraint matchers, as in-process
+
+    def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
+                  yielding: bool = False) -> dict:
+        """The branches; `precompute`, `partial` and `yielding` are not needed here (the server's prefix cache keeps
+        the text, and the server schedules its requests, a long text's read among them)."""
+        sampling, n_branches = request.sampling, request.n_branches
+        refusal = self.server.draw_refusal(sampling) if request.branch_mode == "sample" else None
+        if refusal:
+            raise ValueError(refusal)
+        context = self._context(request, room=request.depth)
+        rows = max(DISTRIBUTION_ROWS, n_branches)
+        top, reused = self._next_tokens(context, rows)
+        valid = None if context.guide is None else context.guide.valid()
+        logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling,
+                                                     context.allowed, valid)
+        distribution = distribution_entries(logprobs, final, rows, context.tokenizer, valid=valid)
+        firsts = distribution[:n_branches]  # the branches start from the best tokens by p_final
+        if valid is not None:
+            firsts = [f for f in firsts if f["valid"]] or [self._constrained_first(context, sampling)]
+        if context.guide is None:
+            sequences = self._continue_branches(context, [f["token_id"] for f in firsts], request)
+        else:
+            sequences = [self._continue_constrained(context, f["token_id"], request) for f in firsts]
+        stops = stop_tokens(context.model)
+        fits = self._fits(context, sequences, request)
+        return {
+            **self._info(context, reused, exact),
+            "partial": None,  # the server reads a long text itself, scheduling it among its other requests
+            "sampling": sampling.as_dict(),
+            "branch_mode": request.branch_mode,
+            "seed": request.seed,
+            "distribution": distribution,
+            "forced": forced_entry(list(context.forced), context.healed, context.tokenizer),
+            "branches": branch_entries([[*context.forced, *seq] for seq in sequences], stops, firsts, context.healed,
+                                       context.tokenizer, request.stop, fits),
+        }
+
+    def distribution(self, request: DistributionRequest) -> list[dict]:
+        context = self._context(request, room=1)
+        top, _ = self._next_tokens(context, request.k)
+        valid = None if context.guide is None else context.guide.valid()
+        logprobs, final, _ = next_token_logprobs(top, len(context.tokenizer), context.ids, request.sampling,
+                                                 context.allowed, valid)
+        return distribution_entries(logprobs, final, request.k, context.tokenizer, valid=valid)
+
+    def scores(self, request: ScoresRequest) -> dict:
+        tokenizer = load_tokenizer(request.model)
+        scored = read_scored_text(request, tokenizer, self._model(request.model).max_model_len)
+        width = max(request.k, self.logprobs)
+        body = self._body(request.model, scored.ids, 1, request.session)
+        answer = self._with_logprobs(body, self.server.prompt_logprobs, width, request.k)
+        rows = score_rows(scored.ids, self.server.prompt_positions(answer["choices"][0]), width)
+        return scores_result(request.model, scored, rows, self.server.cached_tokens(answer), request.k, tokenizer,
+                             len(request.text))
+
+    def generate(self, request: GenerateRequest) -> Iterator[dict]:
+        """The server's greedy continuation, streamed (one server step per token: the method has no say here).
+
+        Under a constraint, one request per token, each allowing only the tokens the constraint allows next."""
+        model = request.model
+        limit = self._model(model).max_model_len
+        tokenizer = load_tokenizer(model)
+        stops = stop_tokens(model)
+        ids, guide = self.matchers.context_and_guide(request.key, request.constraint, tokenizer, request.text,
+                                                     request.text, as_dicts(request.messages), stops, len(tokenizer),
+                                                     torch.device("cpu"))
+        max_new_tokens = min(request.max_new_tokens, limit - 1)  # keep a token of the text to continue
+        dropped = max(0, len(ids) - (limit - max_new_tokens))
+        if guide is None:
+            body = {**self._body(model, ids[dropped:], max_new_tokens, request.session), "stream": True,
+                    **self.server.stop_fields(stops)}
+            chunks = ([t for c in chunk.get("choices", []) for t in self.server.token_ids(c)]
+                      for chunk in self._stream(body))
+            passes = ((tokens, ["step"] * len(tokens)) for tokens in chunks if tokens)
+        else:
+            passes = (([token], ["step"]) for token in self._constrained_tokens(model, ids[dropped:], guide, stops,
+                                                                             max_new_tokens, request.session))
+        # the server schedules its work; here the continuation can be cancelled between tokens
+        job = scheduler.start(request.session, "continuation", request)
+        passes = scheduler.steps(job, passes)
+        yield from Continuation(tokenizer, "greedy", model, dropped, request.stop).follow(passes, request.time_limit)
+
+    def attribution(self, request: AttributionRequest) -> Iterator[dict]:
+        raise ValueError(f"attribution needs the model's weights and gradients in this process; the "
+                         f"{self.server.name} server returns log-probabilities only: ask it of the in-process "
+                         "backend (use_backend())")
+
+    def warm_up(self) -> Iterator[str]:
+        """Nothing to prepare here: the server holds the model."""
+        return iter(())
+
+    def forget(self, session: str) -> None:
+        """Stop the session's continuation and drop its constraint matchers (the server's cache is kept per
+        session: nobody else reuses it)."""
+        scheduler.cancel(session)
+        self.matchers.forget(session)
+
+    def _constrained_tokens(
+        self, model: str, ids: list[int], guide: Guide, stops: Collection[int], n: int, session: str,
+        sampling: Sampling = PLAIN, sample: bool = False, seed: int = 0, first_allowed: torch.Tensor | None = None,
+    ) -> Iterator[int]:
+        """Up to `n` tokens, each the server's choice among those `guide` allows (the first also among
+        `first_allowed`): greedy after the penalties, or drawn by the server (`sample`); stops after an end token."""
+        ids = list(ids)
+        for _ in range(n):
+            valid = guide.valid()
+            if first_allowed is not None:
+                valid, first_allowed = valid & first_allowed, None
+            if not valid.any():
+                raise ValueError("no token can continue the text under the constraint")
+            body = {**self._body(model, ids, 1, session, sampling, sample, seed),
+                    **self.server.allowed_tokens(torch.nonzero(valid)[:, 0].tolist())}
+            token = self.server.token_ids(self._complete(body)["choices"][0])[0]
+            guide.advance(token)
+            ids.append(token)
+            yield token
+            if token in stops:
+                return
+
+    # What the tasks share
+
+    def _context(self, request: LookaheadRequest | DistributionRequest, room: int) -> Context:
+        """What the model reads, tokenized here exactly as in-process (lookahead/context.py)."""
+        model = request.model
+        tokenizer = load_tokenizer(model)
+        prompt = read_prompt(request, tokenizer, self.matchers, self._model(model).max_model_len, room, len(tokenizer),
+                             torch.device("cpu"), force=isinstance(request, LookaheadRequest))
+        return Context(tokenizer, prompt.ids, prompt.dropped, prompt.healed, model, request.session, prompt.allowed,
+                       prompt.guide, tuple(prompt.forced))
+
+    def _info(self, context: Context, reused: int, exact: bool) -> dict:
+        info = context_info(context.model, self.device, len(context.ids), reused, context.dropped, context.healed)
+        if not exact:
+            approximate = APPROXIMATE.format(server=self.server.name, n=self.logprobs)
+            info["notice"] = " ".join(filter(None, [info["notice"], approximate]))
+        return info
+
+    def _next_tokens(self, context: Context, needed: int) -> tuple[dict[int, float], int]:
+        """The server's top log-probabilities after the context (at least `needed` of them), and its cached tokens."""
+        body = self._body(context.model, context.ids, 1, context.session)
+        answer = self._with_logprobs(body, ask_top_logprobs, max(needed, self.logprobs), needed)
+        return self.server.top_logprobs(answer["choices"][0]), self.server.cached_tokens(answer)
+
+    def _constrained_first(self, context: Context, sampling: Sampling) -> dict:
+        """The best valid token when none came back among the top log-probabilities (as the server chooses it)."""
+        token = next(self._constrained_tokens(context.model, context.ids, context.guide.fork(), set(), 1,
+                                              context.session, sampling, first_allowed=context.allowed))
+        return {"token_id": token, "token": context.tokenizer.decode([token]), "prob": 0.0, "logprob": float("-inf"),
+                "p_final": 1.0, "kept": True, "valid": True}
+
+    def _fits(self, context: Context, sequences: list[list[int]], request: LookaheadRequest) -> list[float] | None:
+        """Each branch's fit with the text after the caret (lookahead/branches.py), from the server's log-probabilities
+        of that text's first tokens in one request: a prompt per branch (the context, the branch, then those
+        tokens) and one without a branch."""
+        # room for the branch, and for the one token a completion request generates
+        room = self._model(context.model).max_model_len - len(context.ids) - request.depth - 1
+        follow = follow_ids(request, context.tokenizer, room)
+        if not follow:
+            return None
+        unforced = list(context.ids[: len(context.ids) - len(context.forced)])
+        prompts = [[*context.ids, *seq, *follow] for seq in sequences] + [[*unforced, *follow]]
+        body = self._body(context.model, prompts, 1, context.session)
+        choices = by_index(self._with_logprobs(body, self.server.prompt_logprobs, 1, 1))
+        totals = []
+        for prompt, choice in zip(prompts, choices):
+            positions = self.server.prompt_positions(choice)[len(prompt) - len(follow):]
+            totals.append(sum(position[token].logprob for token, position in zip(follow, positions)))
+        return [(total - totals[-1]) / len(follow) for total in totals[:-1]]
+
+    def _continue_constrained(self, context: Context, first: int, request: LookaheadRequest) -> list[int]:
+        """A branch from `first` under the constraint: one request per token, each with its own allowed tokens."""
+        guide = context.guide.fork()
+        guide.advance(first)
+        stops = stop_tokens(context.model)
+        depth = request.depth
+        rest = list(self._constrained_tokens(context.model, [*context.ids, first], guide, stops, depth - 1,
+                                             context.session, request.sampling, request.branch_mode == "sample",
+                                             request.seed))
+        return [first, *rest, *[rest[-1] if rest else first] * (depth - 1 - len(rest))]
+
+    def _continue_branches(self, context: Context, firsts: list[int], request: LookaheadRequest) -> list[list[int]]:
+        """Each first token continued to `depth` tokens: one request, a prompt per branch."""
+        if request.depth == 1:
+            return [[first] for first in firsts]
+        prompts = [[*context.ids, first] for first in firsts]
+        body = self._body(context.model, prompts, request.depth - 1, context.session, request.sampling,
+                          request.branch_mode == "sample", request.seed)
+        choices = by_index(self._complete(body))
+        return [[first, *self.server.token_ids(choice)] for first, choice in zip(firsts, choices)]
+
+    def _body(self, model: str, prompt: list, max_tokens: int, session: str, sampling: Sampling = PLAIN,
+              sample: bool = False, seed: int = 0) -> dict:
+        """Every field of a completion request, explicit (the server's defaults would replace omitted ones): the
+        server's own, the session's (so its cache is its own) and `sampling`'s, greedy unless `sample`."""
+        return {"model": model, "prompt": prompt, "max_tokens": max_tokens, "n": 1, "seed": seed, "stream": False,
+                **self.server.fields, **self.server.session_fields(model, session),
+                **self.server.sampling_fields(sampling, sample)}
+
+    # The server
+
+    def _model(self, name: str) -> Served:
+        """The server's description of `name`, checked once per connection: it must serve that model,
+        tokenized as here."""
+        known = self._served.get(name)  # one read: another thread may clear the dict at any time
+        if known is None:
+            with self._answering(None):
+                served = self.client.models()
+            if name not in served:
+                raise BackendError(
+                    f"{self.client.name} serves {sorted(served)}, not {name!r}: start it with "
+                    f"{self.server.model_name_option} {name!r}, or choose one of its models."
+                )
+            probe = load_tokenizer(name)(PROBE_TEXT, add_special_tokens=False)["input_ids"]
+            if self.server.tokenize(self._post, name, PROBE_TEXT) != probe:
+                raise BackendError(
+                    f"{self.client.name} serves a model named {name!r} whose tokenizer is not {name!r}'s here: a "
+                    "different model is behind that URL."
+                )
+            known = self._served[name] = Served(name, self.server.context_window(served[name]))
+        return known
+
+    def _with_logprobs(self, body: dict, ask: AskLogprobs, width: int, needed: int) -> dict:
+        """POST /completions asking `width` log-probabilities per position (`ask` names the fields); a server that
+        allows fewer, but at least `needed`, is asked for what it allows, and that cap is kept."""
+        try:
+            return self._complete({**body, **ask(width)})
+        except TooManyLogprobs as refusal:
+            if refusal.allowed < max(needed, 1):
+                option = self.server.logprobs_option
+                raise BackendError(
+                    f"{self.client.name} returns at most {refusal.allowed} log-probabilities per token (its "
+                    f"{option}), and this needs {needed}: ask for at most {refusal.allowed}, or restart the server "
+                    f"with {option} {max(needed, self.server.logprobs)}."
+                ) from None
+            self.logprobs = refusal.allowed
+            return self._complete({**body, **ask(max(needed, refusal.allowed))})
+
+    def _complete(self, body: dict) -> dict:
+        return self._post(COMPLETIONS, body)
+
+    def _post(self, path: str, body: dict, root: bool = False) -> dict:
+        """`root`: the path is the server's own (not under /v1)."""
+        with self._answering(body):
+            return self.client.post(path, body, root)
+
+    def _stream(self, body: dict) -> Iterator[dict]:
+        with self._answering(body):
+            yield from self.client.stream(COMPLETIONS, body)
+
+    @contextmanager
+    def _answering(self, body: dict | None) -> Iterator[None]:
+        """The client's failures as this backend reads them: the models are checked again after any (the server may
+        come back serving another), and a refusal of too many log-probabilities or of the model says so."""
+        try:
+            yield
+        except Unreachable:
+            self._served.clear()
+            raise
+        except Refused as refusal:
+            allowed = self.server.logprobs_cap(refusal.message)
+            if allowed is not None:
+                raise TooManyLogprobs(allowed) from None
+            if refusal.status == HTTPStatus.NOT_FOUND and body and "model" in body:
+                self._served.clear()
+                raise BackendError(
+                    f"{self.client.name} no longer serves {body['model']!r} (it says: {refusal.message}); a "
+                    "different model is behind that URL."
+                ) from None
+            raise
