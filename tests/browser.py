@@ -68,11 +68,11 @@ def wait_for(condition, seconds: float = PAGE_SECONDS):
 
 
 def inserted_at(text: str, caret: int | None, piece: str) -> tuple[str, int | None]:
-    """`text` with `piece` inserted at `caret` (None: the end) as the page inserts it (app.joined), and the caret
-    after it."""
-    from app import Suggestions, inserted
+    """`text` with `piece` inserted at `caret` (None: the end) as the page inserts it (ui/insertion.py), and the
+    caret after it."""
+    from ui.insertion import Place, inserted
 
-    return inserted(Suggestions(text, {}, caret), piece)
+    return inserted(Place(text, caret), piece)
 
 
 # Samples the page every 50 ms while updates run (watch_page, then samples): what the writer sees of their text, and

@@ -19,15 +19,25 @@ def test_endpoints_are_named_and_listed(client):
     sampling = ["temperature", "top_k", "top_p", "repetition_penalty"]
     assert [p["parameter_name"] for p in endpoints["/lookahead"]["parameters"]] == [
         "text", "n_branches", "depth", *sampling, "branch_mode", "seed", "messages", "model_name",
-        "presence_penalty", "frequency_penalty", "constraint", "stop", "fit_tokens", "caret",
+        "presence_penalty", "frequency_penalty", "constraint", "stop", "fit_tokens", "caret", "min_p",
     ]
     assert [p["parameter_name"] for p in endpoints["/next_token_distribution"]["parameters"]] == [
         "text", "k", *sampling, "messages", "model_name", "presence_penalty", "frequency_penalty", "constraint",
-        "caret",
+        "caret", "min_p",
     ]
     assert [p["parameter_name"] for p in endpoints["/generate"]["parameters"]][-3:] == ["constraint", "stop", "caret"]
     assert [p["parameter_name"] for p in endpoints["/attribution"]["parameters"]] == [
         "text", "target_token_id", "method", "steps", "window", "messages", "model_name", "at_token"]
+
+
+def test_min_p_reaches_the_engine_positional_callers_unchanged(client):
+    text = "The old lighthouse keeper climbed the stairs and"
+    remote = client.predict(text, 10, min_p=0.5, api_name="/next_token_distribution")
+    local = cli.next_token_distribution(text, 10, min_p=0.5, session="local min_p")
+    assert [(e["token_id"], e["kept"]) for e in remote] == [(e["token_id"], e["kept"]) for e in local]
+    assert any(not e["kept"] for e in remote), "min_p cut the tail"
+    positional = client.predict(text, 2, 2, 0.7, 40, 0.9, api_name="/lookahead")
+    assert positional["sampling"] == {**cli.Sampling(temperature=0.7, top_k=40, top_p=0.9).as_dict()}
 
 
 def test_constraints_penalties_and_stops_reach_the_engine(client):

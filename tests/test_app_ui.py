@@ -6,47 +6,31 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 
-from app import (
-    Suggestions,
-    append_text,
-    apply_preset,
-    caret_in,
-    caret_sync,
-    chat_mode,
-    chat_panel,
-    conversation_state,
-    conversation_view,
-    force_token,
-    heatmap_on,
-    history_state,
-    import_history,
-    joined,
-    matching_preset,
-    move,
-    ordered_by_fit,
-    preset,
-    restore,
-    sampling_controls,
-    seed,
-    send_reply,
-    send_user_message,
-    suggest_at_moved_caret,
-    switch_mode,
-    take_branch,
-    text_box,
-)
 from history import History
+from lookahead.sampling import Sampling
 from ui.chat import awaiting_user, messages_for, with_user_message
-from ui.controls import Draft, SamplingSettings
+from ui.controls import Draft
 from ui.errors import handled
+from ui.insertion import caret_in, joined
+from ui.panels.chat import send_reply, send_user_message, switch_mode
+from ui.panels.history import import_history, move, restore
+from ui.panels.sampling import apply_preset, matching_preset
+from ui.panels.suggestions import (
+    Suggestions,
+    force_token,
+    ordered_by_fit,
+    suggest_at_moved_caret,
+    take_branch,
+)
+from ui.panels.writer import append_text
 from ui.render import branch_label, caret_marker, distribution_plot, first_word, insertion, tree_view, visible
 
-AT_NODE = (text_box, conversation_state, conversation_view, history_state)
+AT_NODE = ("text_box", "conversation_state", "conversation_view", "history_state")
 
 
-def at(update: dict, *components) -> tuple:
-    """A handler's values for these components (it answers {component: value})."""
-    return tuple(update[component] for component in components)
+def at(update: dict, *slots) -> tuple:
+    """A handler's values for these slots (it answers {slot: value})."""
+    return tuple(update[slot] for slot in slots)
 
 
 def test_whitespace_is_made_visible():
@@ -108,23 +92,22 @@ def test_a_branch_is_appended_to_the_text_its_suggestions_were_made_for():
 
 def token_click(text: str, suggestions: Suggestions, history: History, token_id: int) -> dict:
     """A click on a plot token, with the suggestions on screen made for the box's text (nothing to compute)."""
-    return force_token(Draft(text, "", ""), suggestions, history, None, None, None, None,
-                       SimpleNamespace(token_id=token_id), None)
+    return force_token(Draft(text, "", ""), suggestions, history, None, SimpleNamespace(token_id=token_id), None)
 
 
 def test_forcing_appends_the_clicked_token_and_refuses_broken_characters():
     h = History.start("The cat", "m")
-    text, h = at(token_click("The cat", shown("The cat"), h, 7), text_box, history_state)
+    text, h = at(token_click("The cat", shown("The cat"), h, 7), "text_box", "history_state")
     assert text == "The cat dog" and h.nodes[-1].kind == "token" and h.nodes[-1].token_ids == [7]
     healed = shown("The cat ", healed_whitespace=" ")
-    assert token_click("The cat ", healed, History.start("The cat ", "m"), 7)[text_box] == "The cat dog"
+    assert token_click("The cat ", healed, History.start("The cat ", "m"), 7)["text_box"] == "The cat dog"
     for token_id in (8, 99):
         with pytest.raises(gr.Error):
             token_click("The cat dog", shown("The cat dog"), h, token_id)
     # a constraint wrote " sat," by itself before the choice the plot shows: a click writes both
     forced = shown("The cat ", healed_whitespace=" ", forced={"token_ids": [5, 6], "text": "sat,"})
     h = History.start("The cat ", "m")
-    text, h = at(token_click("The cat ", forced, h, 7), text_box, history_state)
+    text, h = at(token_click("The cat ", forced, h, 7), "text_box", "history_state")
     assert text == "The cat sat, dog" and h.nodes[-1].token_ids == [5, 6, 7]
 
 
@@ -171,20 +154,20 @@ def test_suggestions_are_inserted_at_the_caret_and_undo_restores_the_text_exactl
     text, new_caret, h = take_branch(0, shown(DRAFT, caret), History.start(DRAFT, "m"), word=True)
     assert (text, new_caret) == ("The cat 🐈 sat slept. Then it woke.", caret + 4)
     update = token_click(DRAFT, shown(DRAFT, caret), History.start(DRAFT, "m"), 7)
-    assert at(update, text_box, caret_sync) == ("The cat 🐈 dog slept. Then it woke.", str(caret + 4))
+    assert at(update, "text_box", "caret_sync") == ("The cat 🐈 dog slept. Then it woke.", str(caret + 4))
     healed = shown(DRAFT, caret + 1, healed_whitespace=" ")  # before "slept": a space keeps the words apart
     update = token_click(DRAFT, healed, History.start(DRAFT, "m"), 7)
-    assert at(update, text_box, caret_sync) == ("The cat 🐈 dog slept. Then it woke.", str(caret + 4))
+    assert at(update, "text_box", "caret_sync") == ("The cat 🐈 dog slept. Then it woke.", str(caret + 4))
     h = History.start(DRAFT, "m")
     update = append_text(Draft(DRAFT, str(caret), ""), "!", None, h)
-    assert at(update, text_box, caret_sync) == ("The cat 🐈! slept. Then it woke.", str(caret + 1))
-    assert at(move(h, "undo"), text_box, caret_sync) == (DRAFT, ""), "undo: the text exactly, the caret at the end"
-    assert at(move(h, "redo"), text_box)[0] == "The cat 🐈! slept. Then it woke."
+    assert at(update, "text_box", "caret_sync") == ("The cat 🐈! slept. Then it woke.", str(caret + 1))
+    assert at(move(h, "undo"), "text_box", "caret_sync") == (DRAFT, ""), "undo: the text exactly, the caret at the end"
+    assert at(move(h, "redo"), "text_box")[0] == "The cat 🐈! slept. Then it woke."
 
 
 def test_a_caret_move_that_read_the_text_before_a_click_landed_is_skipped():
     history = History.start("The cat ran", "m")  # a click's insertion: its own suggestions are shown
-    assert suggest_at_moved_caret(Draft("The cat", "4", ""), history, None, None, None, None, None, None) == gr.skip()
+    assert suggest_at_moved_caret(Draft("The cat", "4", ""), history, None, None) == gr.skip()
     assert history.text == "The cat ran" and len(history.nodes) == 1, "nothing recorded"
 
 
@@ -203,10 +186,10 @@ def test_undo_and_redo_walk_the_tree_and_say_when_there_is_nowhere_to_go():
     h = History.start("a", "m")
     h.add("ab", "append")
     h.add("abc", "append")
-    assert move(h, "undo")[text_box] == "ab" and move(h, "undo")[text_box] == "a"
+    assert move(h, "undo")["text_box"] == "ab" and move(h, "undo")["text_box"] == "a"
     assert move(h, "undo") == gr.skip(), "a notice, not an error: nothing changes"
     assert h.text == "a"
-    assert move(h, "redo")[text_box] == "ab" and move(h, "redo")[text_box] == "abc"
+    assert move(h, "redo")["text_box"] == "ab" and move(h, "redo")["text_box"] == "abc"
     assert move(h, "redo") == gr.skip() and h.text == "abc"
 
 
@@ -244,19 +227,20 @@ def test_import_errors_are_shown_not_raised_as_tracebacks():
     with pytest.raises(gr.Error, match="Could not import"):
         import_history(History.start("a", "m"), SimpleNamespace(json="{}"))
     exported = History.start("kept", "m").to_json()
-    text, imported = at(import_history(History.start("a", "m"), SimpleNamespace(json=exported)), text_box,
-                        history_state)
+    text, imported = at(import_history(History.start("a", "m"), SimpleNamespace(json=exported)), "text_box",
+                        "history_state")
     assert text == "kept" and imported.to_json() == exported
 
 
 def test_presets_round_trip_through_the_controls():
-    def matching(*values) -> str:
-        return matching_preset(SamplingSettings(*values, seed=0))[preset]
+    def matching(branch_mode: str = "greedy", **settings) -> str:
+        return matching_preset(Sampling(**settings), branch_mode)["preset"]
 
     for name in ("greedy", "balanced", "creative"):
-        assert matching_preset(sampling_controls.read({seed: 0, **apply_preset(name)}))[preset] == name
-    assert matching(0.33, 0, 1.0, 1.0, 0.0, 0.0, "greedy") == "custom"
-    assert matching(1.0, 0, 1.0, 1.0, 0.5, 0.0, "greedy") == "custom", "a presence penalty is no preset's"
+        values = apply_preset(name)
+        assert matching(**values) == name
+    assert matching(temperature=0.33) == "custom"
+    assert matching(presence_penalty=0.5) == "custom", "a presence penalty is no preset's"
 
 
 def test_a_cut_branch_says_so():
@@ -282,10 +266,10 @@ def test_a_stored_tree_is_restored_and_an_unreadable_one_ignored():
     saved = History.start("from last visit", "m")
     saved.add("from last visit, more", "append")
     fresh = History.start("default", "m")
-    text, conversation, restored = at(restore(saved.to_json(), None, fresh), text_box, conversation_state,
-                                      history_state)
+    text, conversation, restored = at(restore(saved.to_json(), None, fresh), "text_box", "conversation_state",
+                                      "history_state")
     assert text == "from last visit, more" and restored == saved
-    unchanged = {history_state: fresh}
+    unchanged = {"history_state": fresh}
     assert restore('{"format": "something else"}', None, fresh) == unchanged, "the box is left as it is"
     assert restore(None, None, fresh) == unchanged
 
@@ -294,20 +278,20 @@ def test_a_reload_keeps_the_heatmap_switch_and_chat_mode():
     saved = History.start("", "m")
     send_user_message("", "What is 2+2?", [], saved)
     kept = restore(saved.to_json(), '{"heatmap_on": true, "chat_mode": "chat"}', History.start("default", "m"))
-    assert kept[heatmap_on] is True and kept[chat_mode] == "chat" and kept[chat_panel]["visible"]
-    assert kept[conversation_state] == [{"role": "user", "content": "What is 2+2?"}]
-    assert restore(saved.to_json(), "not json", History.start("default", "m")).get(heatmap_on) is None
+    assert kept["heatmap_on"] is True and kept["chat_mode"] == "chat" and kept["chat_panel"]["visible"]
+    assert kept["conversation_state"] == [{"role": "user", "content": "What is 2+2?"}]
+    assert restore(saved.to_json(), "not json", History.start("default", "m")).get("heatmap_on") is None
 
 
 
 def test_chat_turns_are_recorded_in_the_history_and_come_back_with_its_nodes():
     h = History.start("", "m")
-    text, conversation, h = at(send_user_message("", "What is 2+2?", [], h), text_box, conversation_state,
-                               history_state)
+    text, conversation, h = at(send_user_message("", "What is 2+2?", [], h), "text_box", "conversation_state",
+                               "history_state")
     assert text == "" and conversation == [{"role": "user", "content": "What is 2+2?"}]
     h.add("2+2 equals 4.", "branch")
-    text, conversation, h = at(send_reply("2+2 equals 4.", conversation, h), text_box, conversation_state,
-                               history_state)
+    text, conversation, h = at(send_reply("2+2 equals 4.", conversation, h), "text_box", "conversation_state",
+                               "history_state")
     assert conversation[-1] == {"role": "assistant", "content": "2+2 equals 4."} and text == ""
     with pytest.raises(ValueError, match="Send a user message first"):
         send_reply("more", conversation, h)
@@ -330,16 +314,16 @@ def test_hidden_and_untouched_chat_fields_arriving_as_none_are_empty():
 
 def test_switching_to_chat_makes_the_text_the_users_first_message_and_undo_brings_it_back():
     h = History.start("Tell me about lighthouses", "m")
-    panel, box, conversation, view, h = at(switch_mode("chat", "Tell me about lighthouses", None, h), chat_panel,
+    panel, box, conversation, view, h = at(switch_mode("chat", "Tell me about lighthouses", None, h), "chat_panel",
                                            *AT_NODE)
     assert conversation == view == [{"role": "user", "content": "Tell me about lighthouses"}]
     assert box["value"] == "" and panel["visible"] is True and h.conversation() == conversation
-    text, conversation, h = at(move(h, "undo"), text_box, conversation_state, history_state)
+    text, conversation, h = at(move(h, "undo"), "text_box", "conversation_state", "history_state")
     assert text == "Tell me about lighthouses" and conversation == [], "nothing is lost"
-    box, kept = at(switch_mode("chat", "a reply begun", [{"role": "user", "content": "Hi"}], h), text_box,
-                   conversation_state)
+    box, kept = at(switch_mode("chat", "a reply begun", [{"role": "user", "content": "Hi"}], h), "text_box",
+                   "conversation_state")
     assert kept == [{"role": "user", "content": "Hi"}] and "value" not in box, "a chat under way is kept, and the box"
-    box, kept = at(switch_mode("plain text", "a reply begun", kept, h), text_box, conversation_state)
+    box, kept = at(switch_mode("plain text", "a reply begun", kept, h), "text_box", "conversation_state")
     assert "value" not in box and kept == [{"role": "user", "content": "Hi"}], "text typed meanwhile is not overwritten"
 
 

@@ -257,47 +257,48 @@ def test_carets_moved_asked_yielding_and_cancelled_from_several_threads_give_exa
 def test_the_page_shows_suggestions_at_a_caret_before_the_heatmap_reads_the_text_after_an_insertion(embedded):
     """After an insertion, the suggestions at the caret come from what precedes it alone; the heatmap, which needs
     the text after the caret read again, follows in its own event (with the branches' fit, on a CPU)."""
-    import app
     from history import History
-    from ui.controls import BranchShape, Constraints, Context, Draft, HeatmapView, SamplingSettings
+    from lookahead.sampling import Sampling
+    from ui.controls import BranchShape, Constraints, Context, Draft, HeatmapView, Settings
+    from ui.panels import suggestions as panel
+    from ui.panels.heatmap import HEATMAP_ALTERNATIVES
 
     _, tokenizer = embedded
     request = SimpleNamespace(session_hash="page at a caret")
-    shape, sampling = BranchShape(5, 3), SamplingSettings(1.0, 0, 1.0, 1.0, 0.0, 0.0, "greedy", 0)
     context, constraints = Context("plain text", None, None, cli.default_model_name()), Constraints(None, None)
     view = HeatmapView(on=True, colour_by="probability", threshold=10, shown=None)
     history = History.start(DRAFT, context.model_name)
 
-    def suggest(text: str, caret: int | None, view: HeatmapView) -> dict:
-        return app.suggest(Draft(text, "" if caret is None else str(caret), ""), history, shape, sampling, view,
-                           context, constraints, request)
+    def settings(view: HeatmapView) -> Settings:
+        return Settings(BranchShape(5, 3), Sampling(), context, constraints, view)
 
-    shown_whole = suggest(DRAFT, None, view)[app.heatmap_state]  # the heatmap of the whole text, as shown
+    def suggest(text: str, caret: int | None, view: HeatmapView) -> dict:
+        return panel.suggest(Draft(text, "" if caret is None else str(caret), ""), history, settings(view), request)
+
+    shown_whole = suggest(DRAFT, None, view)["heatmap_state"]  # the heatmap of the whole text, as shown
     view = replace(view, shown=shown_whole)
     caret = CARETS["word end"]
-    branch = suggest(DRAFT, caret, view)[app.shown_state].result["branches"][0]["text"]
+    branch = suggest(DRAFT, caret, view)["shown_state"].result["branches"][0]["text"]
     inserted, after = DRAFT[:caret] + branch + DRAFT[caret:], caret + len(branch)
     update = suggest(inserted, after, view)
-    assert app.heatmap not in update, "the heatmap follows"
+    assert "heatmap" not in update, "the heatmap follows"
     assert held("page at a caret") == tuple(tokenizer(DRAFT)["input_ids"]), "nothing after the caret read yet"
-    updates = list(app.complete_at_caret(inserted, update[app.shown_state], shape, sampling, view, context,
-                                         constraints, request))
-    fitted = updates[0][app.shown_state].result["branches"]
+    updates = list(panel.complete_at_caret(inserted, update["shown_state"], settings(view), request))
+    fitted = updates[0]["shown_state"].result["branches"]
     expected = cli.lookahead(inserted, session="page reference", caret=after)["branches"]
     assert [b["fit"] for b in fitted] == pytest.approx([b["fit"] for b in expected], abs=1e-4)
-    heatmap = updates[-1][app.heatmap_state]
+    heatmap = updates[-1]["heatmap_state"]
     assert heatmap.text == inserted
-    fresh = cli.token_probabilities(inserted, app.HEATMAP_ALTERNATIVES, session="page heatmap reference")
+    fresh = cli.token_probabilities(inserted, HEATMAP_ALTERNATIVES, session="page heatmap reference")
     assert [t["token_id"] for t in heatmap.result["tokens"]] == [t["token_id"] for t in fresh["tokens"]]
     assert [t["prob"] for t in heatmap.result["tokens"][1:]] == pytest.approx(
         [t["prob"] for t in fresh["tokens"][1:]], abs=1e-4)
-    again = list(app.complete_at_caret(inserted, updates[0][app.shown_state], shape, sampling, view, context,
-                                       constraints, request))
-    assert [app.shown_state in update for update in again] == [False], "with their fit: the heatmap alone follows"
+    again = list(panel.complete_at_caret(inserted, updates[0]["shown_state"], settings(view), request))
+    assert ["shown_state" in update for update in again] == [False], "with their fit: the heatmap alone follows"
     asked_again = suggest(inserted, after, view)  # the same caret asked again (a fit cancelled)
-    assert asked_again[app.follow_up] == asked_again[app.shown_state].serial != update[app.shown_state].serial, \
+    assert asked_again["follow_up"] == asked_again["shown_state"].serial != update["shown_state"].serial, \
         "a state of its own: what follows an answer follows it"
-    assert app.follow_up not in suggest(inserted, None, view), "at the end of the text nothing follows"
+    assert "follow_up" not in suggest(inserted, None, view), "at the end of the text nothing follows"
 
 
 def test_a_branch_taken_at_a_caret_is_answered_from_the_precomputed_result_exactly(embedded):

@@ -1,11 +1,11 @@
 """The docs cannot drift from the code: docs/api.md's signatures, endpoints and table of limits, and the set-up.
 
 - The two signature blocks (`<!-- signatures: endpoints -->`, `<!-- signatures: python -->`, each a ```python
-  block of `def` stubs) against `inspect.signature` of app.py's `api_*` functions (less `request`) and of
+  block of `def` stubs) against `inspect.signature` of ui/endpoints.py's `api_*` functions (less `request`) and of
   custom_llm_inference's public functions, and the endpoints' against what a running app's `view_api` lists.
 - The endpoints documented are the ones registered, and every public name of custom_llm_inference is documented.
 - The "## Limits" table: each API number against the named constants (and that the bound is enforced: a call just
-  past it is refused before it reaches a backend), each page number against app.py's controls.
+  past it is refused before it reaches a backend), each page number against the page's controls.
 - The set-up: the README's quick start is one script, which installs through scripts/install.sh as
   scripts/test.sh does; the pip commands that script runs are docs/install.md's steps by hand, and a second
   run installs nothing (run against a stand-in venv whose Python records its arguments).
@@ -33,6 +33,8 @@ from lookahead.chat import MAX_MESSAGES
 from lookahead.constraints import MAX_CHOICES, MAX_VALUE_CHARS
 from lookahead.sampling import LIMITS, Sampling
 from lookahead.scoring import MAX_ALTERNATIVES
+from ui import endpoints as api_module
+from ui.panels.heatmap import HEATMAP_ALTERNATIVES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_PATH = ROOT / "docs" / "api.md"
@@ -100,6 +102,15 @@ def actual(fn, leave_out: tuple[str, ...] = ()) -> list[tuple]:
     ]
 
 
+def page_control(app, name: str):
+    """The page's control called `name`: a sampling setting's slider, or a panel's control of that name."""
+    for panel in app.PANELS.values():
+        found = getattr(panel, "sliders", {}).get(name) or getattr(panel, name, None)
+        if found is not None:
+            return found
+    raise AssertionError(f"the page has no control called {name}")
+
+
 def registered(app) -> dict[str, object]:
     """The app's public API endpoints, by api_name: the functions gr.api registered."""
     return {f"/{fn.api_name}": fn.fn for fn in app.demo.fns.values() if fn.api_visibility == "public"}
@@ -109,7 +120,7 @@ def test_the_documented_endpoints_are_the_registered_ones(app):
     endpoints = registered(app)
     assert {f"/{name}" for name in signature_block("endpoints")} == set(endpoints)
     for api_name, fn in endpoints.items():
-        assert inspect.unwrap(fn) is getattr(app, f"api{api_name.replace('/', '_')}"), api_name
+        assert inspect.unwrap(fn) is getattr(api_module, f"api{api_name.replace('/', '_')}"), api_name
     for name in re.findall(r'api_name="(/\w+)"', DOC):
         assert name in endpoints, f"docs/api.md calls {name}, which the app does not serve"
 
@@ -118,7 +129,7 @@ def test_the_documented_endpoints_are_the_registered_ones(app):
                                   "generate"])
 def test_an_endpoints_signature_is_its_functions(app, name):
     stub = signature_block("endpoints")[name]
-    assert documented(stub) == actual(getattr(app, f"api_{name}"), leave_out=("request",))
+    assert documented(stub) == actual(getattr(api_module, f"api_{name}"), leave_out=("request",))
 
 
 def test_every_public_name_is_documented():
@@ -191,7 +202,7 @@ class Limit:
     api: Callable[[], list]  # the numbers of the API cell, in order
     past: Callable[[], list]  # arguments just past the bounds: each is refused
     call: Callable[[object], object]  # the call with one such argument
-    page: str | None = None  # app.py's control (None: no control with a range of its own)
+    page: str | None = None  # the page's control (None: no control with a range of its own)
     names: str = ""  # what the refusal's message names (a regex); "": the page control's name
 
 
@@ -237,6 +248,7 @@ LIMIT_ROWS = {
     "`top_k`": Limit(lambda: [0, cli.MAX_TOP_K], lambda: beyond(0, cli.MAX_TOP_K),
                      lambda v: cli.lookahead("x", top_k=v), "top_k"),
     "`top_p`": sampling("top_p"),
+    "`min_p`": sampling("min_p"),
     "`repetition_penalty`": sampling("repetition_penalty"),
     "`presence_penalty`, `frequency_penalty`": sampling("presence_penalty"),  # the same range: checked below
     "`seed`": Limit(lambda: [0, cli.MAX_SEED], lambda: beyond(0, cli.MAX_SEED),
@@ -266,7 +278,7 @@ LIMIT_ROWS = {
 }
 # The numbers a page cell names for a row without a control of its own: what the page uses instead.
 PAGE_NOTES = {
-    "`k` of `token_probabilities`": lambda app: [app.HEATMAP_ALTERNATIVES],
+    "`k` of `token_probabilities`": lambda app: [HEATMAP_ALTERNATIVES],
     "attribution `steps`": lambda app: [inspect.signature(cli.attribution).parameters["steps"].default],
     "attribution `window`": lambda app: [inspect.signature(cli.attribution).parameters["window"].default],
     "`fit_tokens`": lambda app: [inspect.signature(cli.lookahead).parameters["fit_tokens"].default],
@@ -297,8 +309,8 @@ def test_the_presence_and_frequency_penalties_share_their_range(app):
     for penalty in ("presence_penalty", "frequency_penalty"):
         with pytest.raises(ValueError, match=penalty):
             cli.lookahead("x", **{penalty: LIMITS[penalty][1] + 0.001})
-    assert (app.presence_penalty.minimum, app.presence_penalty.maximum) == (
-        app.frequency_penalty.minimum, app.frequency_penalty.maximum)
+    presence, frequency = page_control(app, "presence_penalty"), page_control(app, "frequency_penalty")
+    assert (presence.minimum, presence.maximum) == (frequency.minimum, frequency.maximum)
 
 
 @pytest.mark.parametrize("label", LIMIT_ROWS)
@@ -307,7 +319,7 @@ def test_a_page_limit_is_its_controls(app, label):
     if control is None:
         assert numbers(page) == PAGE_NOTES.get(label, lambda app: [])(app)
     else:
-        component = getattr(app, control)
+        component = page_control(app, control)
         assert numbers(page) == [component.minimum] + ([] if component.maximum is None else [component.maximum])
 
 

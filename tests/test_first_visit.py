@@ -7,7 +7,6 @@ import logging
 from playwright.sync_api import expect, sync_playwright
 
 import custom_llm_inference as cli
-from app import DEFAULT_TEXT
 from browser import (  # skips without chromium
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -15,6 +14,7 @@ from browser import (  # skips without chromium
     expect_suggestions_for,
     wait_for_stored_text,
 )
+from ui.panels.history import DEFAULT_TEXT
 
 ERROR_TOASTS = ".toast-body.error"
 

@@ -120,7 +120,7 @@ def test_mcp_callers_share_nothing_while_a_gradio_client_keeps_its_cache(server)
 
 def test_an_mcp_call_gets_json_and_leaves_no_session_behind(embedded):
     """In-process: the endpoint function itself, called as gradio's MCP client and as anyone else calls it."""
-    import app
+    from ui import endpoints as app
 
     mcp_caller = SimpleNamespace(headers={"x-gradio-user": "mcp"}, session_hash="the-mcp-servers-one-session")
     browser = SimpleNamespace(headers={}, session_hash="a-writer")
@@ -136,7 +136,7 @@ def test_an_mcp_call_gets_json_and_leaves_no_session_behind(embedded):
 
 def test_mcp_json_is_strict_json():
     """A token the vLLM server did not rank has logprob -inf; an MCP client gets null, as JSON has no infinity."""
-    import app
+    from ui import endpoints as app
 
     mcp_caller = SimpleNamespace(headers={"x-gradio-user": "mcp"}, session_hash="the-mcp-servers-one-session")
     text = app.reply({"logprob": float("-inf"), "scores": [float("nan"), 0.5], "token": "é"}, mcp_caller)
@@ -145,9 +145,9 @@ def test_mcp_json_is_strict_json():
 
 def test_an_mcp_call_reads_a_long_text_whole_since_its_session_ends_with_it(embedded, monkeypatch):
     """A partial answer is followed by asking again in the same session; an MCP call's session ends with the call."""
-    import app
     from lookahead import reading
     from lookahead.backends.in_process import reader
+    from ui import endpoints as app
 
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
     monkeypatch.setitem(reader._windows, cli.default_model_name(), 128)

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from gradio.components import Component
 
 from history import History
+from lookahead.sampling import Sampling
 from ui.chat import messages_for
 from ui.constrain import in_force, stop_strings
 from ui.heatmap import Shown
@@ -60,25 +61,13 @@ class Draft:
 
 @dataclass(frozen=True)
 class BranchShape:
-    """How many branches, and how many tokens each."""
+    """How many branches, how many tokens each, and how they continue (greedily, or drawn with a seed)."""
 
     n_branches: int
     depth: int
+    branch_mode: str = "greedy"
+    seed: float | None = 0
     by_fit: bool = False  # order them by how well they lead into the text after the caret
-
-
-@dataclass(frozen=True)
-class SamplingSettings:
-    """The Sampling panel: what turns p_base into p_final, and how the branches continue."""
-
-    temperature: float
-    top_k: int
-    top_p: float
-    repetition_penalty: float
-    presence_penalty: float
-    frequency_penalty: float
-    branch_mode: str
-    seed: float | None
 
 
 @dataclass(frozen=True)
@@ -122,13 +111,24 @@ class HeatmapView:
     shown: Shown | None
 
 
+@dataclass(frozen=True)
+class Settings:
+    """Everything a panel's suggestions are asked with, besides the text: one value, so a handler takes it whole."""
+
+    shape: BranchShape
+    sampling: Sampling  # lookahead/sampling.py: the page's sliders build it, checked, once per event
+    context: Context
+    constraints: Constraints
+    view: HeatmapView | None  # None: a panel without the heatmap
+
+
 Group = TypeVar("Group")
 
 
 class Controls(Generic[Group]):
     """A group's fields, each bound to the page's component that holds it."""
 
-    def __init__(self, group: type[Group], **components: Component) -> None:
+    def __init__(self, group: type[Group], **components: Component | Controls | None) -> None:
         names = [field.name for field in fields(group)]
         if sorted(components) != sorted(names):
             raise TypeError(f"{group.__name__} has the fields {names}; components were given for {list(components)}")
@@ -136,11 +136,15 @@ class Controls(Generic[Group]):
         self.components = components
 
     def __iter__(self) -> Iterator[Component]:
-        return iter(self.components.values())
+        """Every component behind the group, a nested group's each (None stands for no component)."""
+        for source in self.components.values():
+            yield from source if isinstance(source, Controls) else [] if source is None else [source]
 
     def read(self, page: Mapping[Component, Any]) -> Group:
-        """The group's value from the page's values, by component."""
-        return self.group(**{name: page[component] for name, component in self.components.items()})
+        """The group's value from the page's values, by component (a nested group read as its own value)."""
+        return self.group(**{name: source.read(page) if isinstance(source, Controls)
+                             else None if source is None else page[source]
+                             for name, source in self.components.items()})
 
     def update(self, values: Mapping[str, Any]) -> dict[Component, Any]:
         """A handler's answer setting these fields (by name) to these values; the other fields stay as they are."""

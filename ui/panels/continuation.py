@@ -1,0 +1,90 @@
+"""The continuation panel: Continue writes the model's greedy continuation into the text at the caret, streamed,
+then shows which tokens came from accepted drafts (lossless lookahead decoding: the same text in fewer passes).
+Its "Stop at" strings end branches too."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import gradio as gr
+
+import custom_llm_inference as cli
+from history import History
+from ui.chat import awaiting_user
+from ui.controls import Constraints, Context, Controls, Draft
+from ui.errors import refuse
+from ui.insertion import Place, caret_in, caret_out, inserted
+from ui.wiring import Update, Wiring, session_key
+
+SOURCE_LABELS = {"ngram": "n-gram draft", "recycled": "recycled prediction", "step": "plain step"}
+SOURCE_COLORS = {"n-gram draft": "#34d399", "recycled prediction": "#fbbf24", "plain step": "#e5e7eb"}
+
+
+def continue_text(
+    draft: Draft, n_tokens: int, lossless: bool, history: History, context: Context, constraints: Constraints,
+    request: gr.Request,
+) -> Iterator[Update]:
+    """Stream a greedy continuation into the text (in chat mode, the reply) at the caret, then show which tokens
+    came from accepted drafts."""
+    messages = context.messages
+    text = draft.newest(history)
+    at = caret_in(text, draft.caret) if text == draft.text else None
+    if at == 0 and messages is None:
+        at = None
+    if awaiting_user(context.chat_mode, text, context.conversation) or (not text and messages is None):
+        raise refuse("Write the user's message first." if messages is not None else "Type something to continue.")
+    if n_tokens is None:
+        raise refuse("Say how many tokens to continue by.")
+    result = None
+    method = "lookahead" if lossless else "greedy"
+    where = Place(text, at)
+    results = cli.generate_stream(text, int(n_tokens), method, session=session_key(request), messages=messages,
+                                  model_name=context.model_name, constraint=constraints.for_text(where.before),
+                                  stop=constraints.stop_strings, caret=at)
+    for result in results:
+        yield {"text_box": inserted(where, result["text"])[0], "history_state": history,
+               "continuation_status": f"{len(result['token_ids'])} tokens…"}
+    new_text, at = inserted(where, result["text"])
+    history.add(new_text, "continue", result["token_ids"],
+                {"method": result["method"], **({"caret": where.caret} if where.caret is not None else {})})
+    pieces = [(piece, SOURCE_LABELS[source]) for piece, source in
+              zip(result["token_texts"], result["draft_source_per_token"])]
+    n, passes = len(result["token_ids"]), result["forward_passes"]
+    summary = (
+        f"{n} tokens in **{passes} forward passes** ({n / passes:.2f} tokens per pass: a {n / passes:.1f}× "
+        f"speed-up in passes over one token at a time) · {result['seconds']:.2f} s, "
+        f"{n / result['seconds']:.1f} tokens/s"
+        + (" · stopped early to stay within the GPU time it asked for" if result["stopped_for_time"] else "")
+        + (f" · stopped at {result['stop']!r}" if result["stop"] else "")
+    )
+    yield {"text_box": history.text, "caret_sync": caret_out(at), "text_base": str(history.current),
+           "continuation": gr.update(value=pieces, visible=True), "continuation_status": summary,
+           "history_state": history}
+
+
+class ContinuationPanel:
+    def build(self) -> None:
+        with gr.Row():
+            self.n_tokens = gr.Number(64, minimum=1, maximum=256, step=1, precision=0, label="Tokens to continue")
+            self.lossless = gr.Checkbox(True, label="Lookahead decoding (same text, fewer passes)")
+            self.stops = gr.Textbox(label="Stop at (one per line; \\n is a newline)", lines=1, max_lines=4,
+                                    elem_id="stops", placeholder="e.g. .")
+            self.button = gr.Button("Continue", elem_id="continue", variant="primary", scale=0, min_width=140)
+        self.view = gr.HighlightedText(
+            label="Last continuation: where each token came from", color_map=SOURCE_COLORS, combine_adjacent=False,
+            show_legend=True, elem_id="continuation", visible=False,
+        )
+        self.status = gr.Markdown(elem_id="continuation-status")
+
+    def slots(self) -> dict:
+        return {"continuation": self.view, "continuation_status": self.status}
+
+    def wire(self, wiring: Wiring, draft: Controls, context: Controls, constraints: Controls, refresh: dict) -> None:
+        self.button.click(**wiring.handler(
+            continue_text,
+            dict(draft=draft, n_tokens=self.n_tokens, lossless=self.lossless, history="history_state",
+                 context=context, constraints=constraints),
+            ["text_box", "caret_sync", "text_base", "continuation", "continuation_status", "history_state"],
+            concurrency_id="generate", show_progress_on=[self.status],
+        )).success(**refresh)
+        self.stops.blur(**refresh)

@@ -1,0 +1,95 @@
+"""The heatmap panel: the writer's text coloured by how likely the model found each token; click a token to see
+its alternatives, put one in its place, or ask why the model expected its own first choice there.
+
+How the colours are drawn and sent (only what changed) is ui/heatmap.py's; this is the panel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import gradio as gr
+
+import custom_llm_inference as cli
+from history import History
+from ui.controls import Context, Controls, HeatmapView
+from ui.errors import refuse
+from ui.heatmap import HEATMAP_JS, HEATMAP_TEMPLATE, MODES, Shown, heatmap_message
+from ui.panels.history import EDITED, edited
+from ui.wiring import Update, Wiring, session_key
+
+HEATMAP_ALTERNATIVES = 5  # per token, in the heatmap's details
+
+
+def show_heatmap(
+    text: str, view: HeatmapView, context: Context, request: gr.Request, *, rescore: bool = False
+) -> Update:
+    """The heatmap's update from what the page shows (`view.shown`) to `text`: the tokens that changed (ui/heatmap.py).
+
+    The scores are the shown ones when only the colouring changed; `rescore`: the context may have changed too.
+    """
+    if not view.on or not text:
+        return {"heatmap": "", "heatmap_state": None}
+    shown = view.shown
+    if rescore or not shown or shown.text != text or shown.result["model"] != context.model_name:
+        result = cli.token_probabilities(text, HEATMAP_ALTERNATIVES, session=session_key(request),
+                                         model_name=context.model_name, messages=context.messages)
+    else:
+        result = shown.result
+    message, shown = heatmap_message(text, result, view.colour_by, view.threshold, shown)
+    return {"heatmap": message, "heatmap_state": shown}
+
+
+def resend_heatmap(text: str, view: HeatmapView, context: Context, request: gr.Request) -> Update:
+    """The whole heatmap again, for a page that missed an update (HEATMAP_JS asks)."""
+    return show_heatmap(text, replace(view, shown=None), context, request)
+
+
+def heatmap_tokens(heatmap_shown: Shown | None) -> list[dict]:
+    """The tokens the heatmap shows: a click acts on what the writer sees, even while the colours follow an edit."""
+    if not heatmap_shown:
+        raise refuse("The heatmap shows nothing yet: turn it on first.")
+    return heatmap_shown.result["tokens"]
+
+
+def rewind(heatmap_shown: Shown | None, history: History, event: gr.EventData) -> Update:
+    """Put the clicked alternative in place of its token in the text the heatmap shows, dropping what followed; the
+    old text stays in the tree."""
+    tokens = heatmap_tokens(heatmap_shown)
+    text = heatmap_shown.text
+    index = int(event.index)
+    if not 0 <= index < len(tokens):
+        raise refuse("That token is no longer shown.")
+    alternative = next((a for a in tokens[index]["alternatives"] or [] if a["token_id"] == int(event.token_id)), None)
+    if alternative is None:
+        raise refuse("That alternative is no longer shown.")
+    if "\ufffd" in alternative["token"]:
+        raise refuse("That alternative is part of a character split over several tokens.")
+    history.fork(text[: tokens[index]["start"]] + alternative["token"], "rewind", [alternative["token_id"]])
+    return edited(history)
+
+
+class HeatmapPanel:
+    def build(self) -> None:
+        with gr.Accordion("Your text through the model's eyes", open=True, elem_id="heatmap-panel"):
+            with gr.Row(equal_height=True):
+                self.on = gr.Checkbox(False, label="Colour my text by the model's probabilities", elem_id="heatmap-on")
+                self.mode = gr.Radio(list(MODES), value="probability", label="Colour by", elem_id="heatmap-mode")
+                self.threshold = gr.Slider(2, 1000, value=10, step=1, elem_id="threshold",
+                                           label="Disagreement: the model's choice at least this many times likelier")
+            self.view = gr.HTML("", html_template=HEATMAP_TEMPLATE, elem_id="heatmap", js_on_load=HEATMAP_JS)
+            self.resync = gr.Button(elem_id="heatmap-resync")  # hidden: pressed by HEATMAP_JS
+        self.state = gr.State(None)  # what the page's heatmap shows (ui/heatmap.py's Shown)
+        self.controls = Controls(HeatmapView, on=self.on, colour_by=self.mode, threshold=self.threshold,
+                                 shown=self.state)
+
+    def slots(self) -> dict:
+        return {"heatmap": self.view, "heatmap_state": self.state, "heatmap_on": self.on}
+
+    def wire(self, wiring: Wiring, context: Controls, refresh: dict) -> None:
+        inputs = dict(text="text_box", view=self.controls, context=context)
+        gr.on([self.on.input, self.mode.input, self.threshold.release],
+              **wiring.handler(show_heatmap, inputs, ["heatmap", "heatmap_state"]))
+        self.resync.click(**wiring.handler(resend_heatmap, inputs, ["heatmap", "heatmap_state"]))
+        self.view.select(**wiring.handler(rewind, dict(heatmap_shown=self.state, history="history_state"),
+                                          EDITED)).success(**refresh)

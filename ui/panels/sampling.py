@@ -1,0 +1,72 @@
+"""The sampling panel: what turns p_base into p_final (a slider per `Sampling` field, made from its knob), how the
+branches grow, and presets that set them together."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import gradio as gr
+
+import custom_llm_inference as cli
+from lookahead.sampling import BRANCH_MODES, Sampling, knobs
+from ui.controls import BranchShape, Controls
+from ui.panels.suggestions import MAX_BUTTONS
+from ui.wiring import Update, Wiring
+
+PRESET_NAMES = [*cli.PRESETS, "custom"]
+MAX_PAGE_DEPTH = 8  # tokens per branch the page offers (the API takes up to MAX_DEPTH)
+
+
+def preset_values(name: str) -> Update:
+    """What a preset sets, by slot: the sampling and the branch mode (the seed is no preset's)."""
+    sampling, mode = cli.PRESETS[name]
+    return {**sampling.as_dict(), "branch_mode": mode}
+
+
+def apply_preset(name: str) -> Update:
+    """The sampling controls set to a preset."""
+    return preset_values(name)
+
+
+def matching_preset(sampling: Sampling, branch_mode: str) -> Update:
+    """The preset the sampling controls now hold, or "custom"."""
+    settings = {**asdict(sampling), "branch_mode": branch_mode}
+    matching = (name for name in cli.PRESETS
+                if all(settings[field] == value for field, value in preset_values(name).items()))
+    return {"preset": next(matching, "custom")}
+
+
+def slider(name: str) -> gr.Slider:
+    """The page's control for a sampling setting, as its knob describes it."""
+    setting, default = knobs()[name], getattr(Sampling(), name)
+    low, high, step = setting.slider
+    return gr.Slider(low, high, value=default, step=step, label=setting.label, elem_id=name.replace("_", "-"))
+
+
+class SamplingPanel:
+    def build(self) -> None:
+        with gr.Accordion("Sampling", open=True, elem_id="sampling-panel"):
+            self.preset = gr.Radio(PRESET_NAMES, value="greedy", label="Preset", elem_id="preset")
+            self.sliders = {name: slider(name) for name in knobs()}
+            self.branch_mode = gr.Radio(list(BRANCH_MODES), value="greedy", label="Branches continue by",
+                                        elem_id="branch-mode")
+            self.seed = gr.Number(0, minimum=0, precision=0, label="Seed (for sampled branches)", elem_id="seed")
+            with gr.Row():
+                self.n_branches = gr.Slider(1, MAX_BUTTONS, value=5, step=1, label="Branches")
+                self.depth = gr.Slider(1, MAX_PAGE_DEPTH, value=3, step=1, label="Depth (tokens per branch)")
+            self.by_fit = gr.Checkbox(False, label="At a caret, order branches by how well they lead into the text "
+                                      "after it (fit)", elem_id="by-fit")
+        self.sampling = Controls(Sampling, **self.sliders)
+        self.shape = Controls(BranchShape, n_branches=self.n_branches, depth=self.depth,
+                              branch_mode=self.branch_mode, seed=self.seed, by_fit=self.by_fit)
+
+    def slots(self) -> dict:
+        return {"preset": self.preset, "branch_mode": self.branch_mode, **self.sliders}
+
+    def wire(self, wiring: Wiring, refresh: dict) -> None:
+        self.preset.input(**wiring.handler(apply_preset, dict(name=self.preset),
+                                           [*self.sliders, "branch_mode"])).then(**refresh)
+        gr.on([*(s.release for s in self.sliders.values()), self.branch_mode.input],
+              **wiring.handler(matching_preset, dict(sampling=self.sampling, branch_mode=self.branch_mode),
+                               ["preset"])).then(**refresh)
+        gr.on([self.n_branches.release, self.depth.release, self.seed.submit, self.by_fit.input], **refresh)

@@ -1,0 +1,143 @@
+"""How a panel's event becomes a gradio listener: by name in, by slot out, and one rule for a session's order.
+
+A handler is a plain function of named, typed values (ui/controls.py) that answers an `Update`: values by slot, a
+slot being one of the page's components (or a row of them, such as the branch buttons) by the name its panel gives
+it. A panel builds its components, names them as slots (`Wiring.adding`), and wires its own events with
+`Wiring.handler`, which turns the handler's answer into {component: value} for gradio. So handlers are tested as
+plain functions, and a panel built twice wires the same handlers to its own components.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import gradio as gr
+from gradio.components import Component
+
+import custom_llm_inference as cli
+from ui.controls import by_name
+from ui.errors import handled, refuse
+from ui.ordering import SessionOrder
+
+Update = dict[str, Any]  # a handler's answer: values by slot name; gr.skip() leaves every output as it is
+Slot = Component | list[Component]
+
+# What a session's events write for its later events to read: the history, the suggestions and the heatmap on
+# screen, the question "why?" answered.
+SESSION_STATE = frozenset({"history_state", "shown_state", "heatmap_state", "why_state"})
+WHY_VIEW = frozenset({"why", "why_state"})
+# Explanations (and a caret's fit) running at once, each paused while suggestions are computed: room for a
+# visitor's newer question to start (and cancel their older one) while another visitor's explanation runs.
+EXPLANATIONS_AT_ONCE = 4
+
+
+def session_key(request: gr.Request | None) -> str:
+    return getattr(request, "session_hash", None) or "anonymous"
+
+
+def still_continuing() -> None:
+    """What an event of a session whose Continue is still writing answers, at once."""
+    raise refuse("Continue is still writing your text; try again when it has finished.")
+
+
+def cancel_fit(session: str) -> None:
+    """A newer event of the session makes the fit being asked for stale: it stops within a slice."""
+    cli.cancel(session, "lookahead")
+
+
+class Wiring:
+    """The page's slots by name, and the one ordering of each session's events, shared by every panel."""
+
+    def __init__(self, slots: Mapping[str, Slot] | None = None, order: SessionOrder | None = None) -> None:
+        self.slots: dict[str, Slot] = dict(slots or {})
+        self.order = order or SessionOrder()
+
+    def adding(self, **slots: Slot) -> Wiring:
+        """This wiring with more slots (a second panel of a kind names its own components as its first did)."""
+        return Wiring({**self.slots, **slots}, self.order)
+
+    def handler(self, fn: Callable, inputs: Mapping[str, Any], outputs: Iterable[str],
+                while_continuing: Callable[[], object] = still_continuing, cancels_fit: bool = True,
+                **options) -> dict:
+        """An event listener's arguments (`button.click(**wiring.handler(...))`) for `fn`, which takes `inputs` by
+        name (a slot's name, a Controls group, or a component) and answers an Update for the slots `outputs`;
+        failures reach the visitor as messages.
+
+        One rule decides which events take turns: an event that reads or writes the session's state
+        (SESSION_STATE) waits until the events its session started before it have finished (ui/ordering.py),
+        so two never work on one history at once (an import and an update still running), while other
+        visitors' events run meanwhile. An event between controls alone (a preset, a label, the Constrain
+        panel's fields) touches none of it and runs at once. An explanation writes the "why?" view alone
+        (WHY_VIEW): it takes no turn either, so typing overtakes it, and it runs in the "explain" group, so
+        it never holds up anybody's suggestions (its model work yields to theirs: lookahead/scheduler.py); a
+        newer question of the same session cancels it. Continuations pass concurrency_id="generate" and hold
+        their session's turn while they write: meanwhile the session's other events answer at once
+        (`while_continuing`: a refusal that says so, or a refresh skipped), since waiting would hold their
+        "interact" slot, and so everybody's suggestions, for as long as the Continue runs. Every event of a
+        session but the fit's own (`cancels_fit`) stops the caret's fit being computed for it.
+        """
+        named = {name: self.slots[source] if isinstance(source, str) else source for name, source in inputs.items()}
+        fn, components = by_name(_answering(fn, self._resolved(outputs)), named)
+        fn = handled(fn)
+        outputs = set(outputs)
+        state = set(self.components(name for name in SESSION_STATE if name in self.slots))
+        if outputs <= WHY_VIEW:
+            options = {"concurrency_id": "explain", "concurrency_limit": EXPLANATIONS_AT_ONCE, **options}
+        else:  # what is being refreshed shows on the status line alone: the writer's text is never covered
+            options = {"show_progress": "minimal", "show_progress_on": [self.slots["status"]], **options}
+            if state & {*components, *self.components(outputs)}:
+                fn = self.order.wrap(fn, long=options.get("concurrency_id") == "generate",
+                                     while_long=while_continuing, arriving=cancel_fit if cancels_fit else None,
+                                     inputs=components)
+        return {"fn": fn, "inputs": components, "outputs": self.components(outputs), "api_visibility": "private",
+                "concurrency_id": "interact", **options}
+
+    def components(self, names: Iterable[str]) -> list[Component]:
+        """The components behind these slots, a row's each."""
+        return [component for name in names for component in _each(self.slots[name])]
+
+    def _resolved(self, names: Iterable[str]) -> dict[str, Slot]:
+        return {name: self.slots[name] for name in names}
+
+
+def _each(slot: Slot) -> list[Component]:
+    return slot if isinstance(slot, list) else [slot]
+
+
+def _answering(fn: Callable, outputs: Mapping[str, Slot]) -> Callable:
+    """`fn` answering {component: value} where it answers an Update; a row's slot takes a list, one value a
+    component (gr.update(visible=False) for those past the list's end)."""
+
+    def components(update: object) -> object:
+        if not isinstance(update, dict) or "__type__" in update:  # gr.skip() and the like: for every output
+            return update
+        unknown = set(update) - set(outputs)
+        if unknown:
+            raise KeyError(f"{fn.__name__} answered slots it was not wired to: {sorted(unknown)}")
+        answer = {}
+        for name, value in update.items():
+            slot = outputs[name]
+            if isinstance(slot, list):
+                answer |= {c: v for c, v in zip(slot, [*value, *[gr.update(visible=False)] * len(slot)])}
+            else:
+                answer[slot] = value
+        return answer
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def stream(*args, **kwargs):
+            for update in fn(*args, **kwargs):
+                yield components(update)
+
+        return stream
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        return components(fn(*args, **kwargs))
+
+    return call
+
