@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -59,9 +60,11 @@ INTRODUCTION = (  # the keys' hints are hidden on a touch screen (page.css)
 )
 
 
-def build_page() -> tuple[gr.Blocks, dict]:
-    """The page, and its panels by name (tests reach the components through them)."""
+def build_page(beside: Sequence[str] = ()) -> tuple[gr.Blocks, dict]:
+    """The page, and its panels by name (tests reach the components through them). `beside`: models whose
+    suggestions are shown under the chosen model's, each in a panel of its own, for the same text."""
     chat, writer, suggestions, history = ChatPanel(), WriterPanel(), SuggestionsPanel(), HistoryPanel()
+    others = [SuggestionsPanel(suffix=f"-{i}") for i in range(2, 2 + len(beside))]
     continuation, heatmap, why, sampling, constrain = (ContinuationPanel(), HeatmapPanel(), WhyPanel(),
                                                        SamplingPanel(), ConstrainPanel())
     with gr.Blocks(title="Interactive Lookahead") as demo:
@@ -72,7 +75,8 @@ def build_page() -> tuple[gr.Blocks, dict]:
                 chat.build_switch()
                 chat.build()
                 writer.build()
-                suggestions.build()
+                for panel in (suggestions, *others):
+                    panel.build()
                 with gr.Column(elem_id="writer-tools"):
                     with gr.Row():
                         suggestions.build_refresh()
@@ -84,21 +88,29 @@ def build_page() -> tuple[gr.Blocks, dict]:
                     heatmap.build()
             with gr.Column(scale=2, elem_id="side-column"):
                 with gr.Column(elem_id="plot-column"):
-                    suggestions.build_plot()
+                    for panel in (suggestions, *others):
+                        panel.build_plot()
                 why.build()
                 model = gr.Dropdown(cli.available_models(), value=cli.default_model_name(), label="Model",
                                     elem_id="model")
                 sampling.build()
                 constrain.build()
         panels = dict(chat=chat, writer=writer, suggestions=suggestions, history=history, continuation=continuation,
-                      heatmap=heatmap, why=why, sampling=sampling, constrain=constrain)
-        wiring = Wiring({name: slot for panel in panels.values() for name, slot in panel.slots().items()})
+                      heatmap=heatmap, why=why, sampling=sampling, constrain=constrain, beside=others)
+        wiring = Wiring({name: slot for panel in panels.values() if not isinstance(panel, list)
+                         for name, slot in panel.slots().items()})
         context = Controls(Context, chat_mode=chat.mode, system_prompt=chat.system_prompt,
                            conversation=chat.state, model_name=model)
         constraints = Controls(Constraints, constraint=constrain.state, stops=continuation.stops)
         settings = Controls(Settings, shape=sampling.shape, sampling=sampling.sampling, context=context,
                             constraints=constraints, view=heatmap.controls)
         refresh = suggestions.wire(wiring, writer, settings)
+        for panel, name in zip(others, beside):
+            fixed = Controls(Context, chat_mode=chat.mode, system_prompt=chat.system_prompt, conversation=chat.state,
+                             model_name=gr.State(name))
+            panel.wire(wiring, writer, Controls(Settings, shape=sampling.shape, sampling=sampling.sampling,
+                                                context=fixed, constraints=constraints, view=None))
+            panel.follow(suggestions)
         writer.wire(wiring, refresh)
         history.wire(wiring, demo, refresh, kept=["heatmap_on", "chat_mode", "chat_panel"])
         chat.wire(wiring, refresh)
@@ -134,12 +146,12 @@ def concurrency() -> int:
     return int(os.environ.get("LOOKAHEAD_CONCURRENCY") or default)
 
 
-def launch(**kwargs):
-    """Start the app with its keyboard shortcuts and styles (Gradio 6 takes them at launch). The page answers at
-    once; the model is prepared in the background meanwhile (PREPARATION), and what a first answer to a long text
-    may read is timed while the machine is still idle."""
+def launch(page: gr.Blocks | None = None, **kwargs):
+    """Start the app (`page`: another build of it) with its keyboard shortcuts and styles (Gradio 6 takes them at
+    launch). The page answers at once; the model is prepared in the background meanwhile (PREPARATION), and what a
+    first answer to a long text may read is timed while the machine is still idle."""
     PREPARATION.start(cli.backend().warm_up())
-    queued = demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=concurrency())
+    queued = (page or demo).queue(max_size=QUEUE_SIZE, default_concurrency_limit=concurrency())
     return queued.launch(head=KEYBOARD_JS + BRANCH_WHY_JS, css=CSS, **kwargs)
 
 

@@ -34,14 +34,17 @@ def type_text(page, text: str) -> None:
     box.press_sequentially(text[-1])
 
 
-def expect_suggestions_for(page, text: str, messages: list[dict] | None = None, model_name: str | None = None) -> dict:
-    """Wait until the page shows the engine's suggestions for `text` (in chat mode, after `messages`); return them."""
+def expect_suggestions_for(page, text: str, messages: list[dict] | None = None, model_name: str | None = None,
+                           panel: str = "") -> dict:
+    """Wait until the page shows the engine's suggestions for `text` (in chat mode, after `messages`), in the
+    suggestions panel whose ids end in `panel` (the first: ""); return them."""
     expected = cli.lookahead(text, 5, 3, session="browser-expectation", messages=messages, model_name=model_name)
     expect(page.locator("#text textarea")).to_have_value(text)
     for i, branch in enumerate(expected["branches"]):
-        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch))
-    expect(page.locator("#branch-5")).to_be_hidden()
-    expect(page.locator("#status")).to_contain_text(f"{expected['context_tokens']:,} context tokens")
+        expect(page.locator(f"#branch{panel}-{i}")).to_have_text(branch_label(branch))
+    expect(page.locator(f"#branch{panel}-5")).to_be_hidden()
+    expect(page.locator(f"#status{panel}")).to_contain_text(f"{expected['context_tokens']:,} context tokens")
+    expect(page.locator(f"#status{panel}")).to_contain_text(expected["model"])
     return expected
 
 

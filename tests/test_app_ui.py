@@ -238,7 +238,7 @@ def test_presets_round_trip_through_the_controls():
 
     for name in ("greedy", "balanced", "creative"):
         values = apply_preset(name)
-        assert matching(**values) == name
+        assert matching(values["branch_mode"], **values["sampling"].as_dict()) == name
     assert matching(temperature=0.33) == "custom"
     assert matching(presence_penalty=0.5) == "custom", "a presence penalty is no preset's"
 

@@ -12,18 +12,77 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from dataclasses import asdict, is_dataclass
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import gradio as gr
 from gradio.components import Component
 
 import custom_llm_inference as cli
-from ui.controls import by_name
+from ui.controls import Controls, by_name
 from ui.errors import handled, refuse
 from ui.ordering import SessionOrder
 
-Update = dict[str, Any]  # a handler's answer: values by slot name; gr.skip() leaves every output as it is
-Slot = Component | list[Component]
+if TYPE_CHECKING:
+    from history import History
+    from lookahead.sampling import Sampling
+    from ui.heatmap import Shown
+    from ui.panels.suggestions import Suggestions
+
+
+class Update(TypedDict, total=False):
+    """A handler's answer: a value for each slot it changes (gr.update(...) where more than the value changes;
+    gr.skip() in place of the whole answer leaves every output as it is). The page's slots, by panel:"""
+
+    # the writer's text (ui/panels/writer.py)
+    text_box: str | dict
+    caret_sync: str
+    text_base: str
+    answer_sync: str
+    extra_box: str
+    # one model's suggestions (ui/panels/suggestions.py)
+    shown_state: Suggestions | None
+    follow_up: int
+    answered: int
+    marker: str
+    branches: list[dict]  # a gr.update per branch shown; the buttons past them are hidden
+    status: str
+    read_timer: gr.Timer
+    plot: str
+    # history (ui/panels/history.py)
+    history_state: History
+    tree: str
+    history_sync: str
+    history_json: str
+    # chat (ui/panels/chat.py)
+    chat_mode: str
+    chat_panel: dict
+    conversation_state: list[dict]
+    conversation_view: list[dict]
+    user_message: str
+    # continuation (ui/panels/continuation.py)
+    continuation: dict
+    continuation_status: str
+    # heatmap (ui/panels/heatmap.py)
+    heatmap: str
+    heatmap_state: Shown | None
+    heatmap_on: bool
+    # why (ui/panels/why.py)
+    why: str
+    why_state: dict | None
+    # sampling (ui/panels/sampling.py)
+    preset: str
+    sampling: Sampling | dict  # every slider (a dict: those it names)
+    branch_mode: str
+    # constrain (ui/panels/constrain.py)
+    constraint_state: dict | None
+    constraint_status: str
+    constraint_type: str
+    constraint_value: str | dict
+
+
+SLOTS = frozenset(Update.__annotations__)
+Slot = Component | list[Component] | Controls  # one component, a row of them, or a group read as one value
 
 # What a session's events write for its later events to read: the history, the suggestions and the heatmap on
 # screen, the question "why?" answered.
@@ -52,6 +111,9 @@ class Wiring:
     """The page's slots by name, and the one ordering of each session's events, shared by every panel."""
 
     def __init__(self, slots: Mapping[str, Slot] | None = None, order: SessionOrder | None = None) -> None:
+        unknown = set(slots or {}) - SLOTS
+        if unknown:
+            raise KeyError(f"no slot of the page is called {sorted(unknown)}: name it in Update")
         self.slots: dict[str, Slot] = dict(slots or {})
         self.order = order or SessionOrder()
 
@@ -104,12 +166,13 @@ class Wiring:
 
 
 def _each(slot: Slot) -> list[Component]:
-    return slot if isinstance(slot, list) else [slot]
+    return list(slot) if isinstance(slot, (list, Controls)) else [slot]
 
 
 def _answering(fn: Callable, outputs: Mapping[str, Slot]) -> Callable:
     """`fn` answering {component: value} where it answers an Update; a row's slot takes a list, one value a
-    component (gr.update(visible=False) for those past the list's end)."""
+    component (gr.update(visible=False) for those past the list's end); a group's a value of its type, or a dict
+    of the fields it changes."""
 
     def components(update: object) -> object:
         if not isinstance(update, dict) or "__type__" in update:  # gr.skip() and the like: for every output
@@ -122,6 +185,8 @@ def _answering(fn: Callable, outputs: Mapping[str, Slot]) -> Callable:
             slot = outputs[name]
             if isinstance(slot, list):
                 answer |= {c: v for c, v in zip(slot, [*value, *[gr.update(visible=False)] * len(slot)])}
+            elif isinstance(slot, Controls):
+                answer |= slot.update(asdict(value) if is_dataclass(value) else value)
             else:
                 answer[slot] = value
         return answer

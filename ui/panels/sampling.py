@@ -3,8 +3,6 @@ branches grow, and presets that set them together."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import gradio as gr
 
 import custom_llm_inference as cli
@@ -17,22 +15,15 @@ PRESET_NAMES = [*cli.PRESETS, "custom"]
 MAX_PAGE_DEPTH = 8  # tokens per branch the page offers (the API takes up to MAX_DEPTH)
 
 
-def preset_values(name: str) -> Update:
-    """What a preset sets, by slot: the sampling and the branch mode (the seed is no preset's)."""
-    sampling, mode = cli.PRESETS[name]
-    return {**sampling.as_dict(), "branch_mode": mode}
-
-
 def apply_preset(name: str) -> Update:
-    """The sampling controls set to a preset."""
-    return preset_values(name)
+    """The sampling controls set to a preset: the sampling and the branch mode (the seed is no preset's)."""
+    sampling, mode = cli.PRESETS[name]
+    return {"sampling": sampling, "branch_mode": mode}
 
 
 def matching_preset(sampling: Sampling, branch_mode: str) -> Update:
     """The preset the sampling controls now hold, or "custom"."""
-    settings = {**asdict(sampling), "branch_mode": branch_mode}
-    matching = (name for name in cli.PRESETS
-                if all(settings[field] == value for field, value in preset_values(name).items()))
+    matching = (name for name, preset in cli.PRESETS.items() if preset == (sampling, branch_mode))
     return {"preset": next(matching, "custom")}
 
 
@@ -61,11 +52,11 @@ class SamplingPanel:
                               branch_mode=self.branch_mode, seed=self.seed, by_fit=self.by_fit)
 
     def slots(self) -> dict:
-        return {"preset": self.preset, "branch_mode": self.branch_mode, **self.sliders}
+        return {"preset": self.preset, "branch_mode": self.branch_mode, "sampling": self.sampling}
 
     def wire(self, wiring: Wiring, refresh: dict) -> None:
         self.preset.input(**wiring.handler(apply_preset, dict(name=self.preset),
-                                           [*self.sliders, "branch_mode"])).then(**refresh)
+                                           ["sampling", "branch_mode"])).then(**refresh)
         gr.on([*(s.release for s in self.sliders.values()), self.branch_mode.input],
               **wiring.handler(matching_preset, dict(sampling=self.sampling, branch_mode=self.branch_mode),
                                ["preset"])).then(**refresh)

@@ -197,9 +197,10 @@ def suggest(draft: Draft, history: History, settings: Settings, request: gr.Requ
         waiting = ("Write the user's message below to continue the conversation." if context.messages is not None
                    else "Type something to see where the model could go next.")
         no_heatmap = {} if settings.view is None else {"heatmap": "", "heatmap_state": None}
+        serial = next(ANSWERS)
         return {"shown_state": None, **branch_choices([]), "plot": "", "status": waiting, **history_shown(history),
                 **no_heatmap, "read_timer": gr.Timer(READ_POLL_SECONDS, active=False), "marker": "",
-                "text_base": str(history.current), "answer_sync": answer_mark(next(ANSWERS), text)}
+                "text_base": str(history.current), "answer_sync": answer_mark(serial, text), "answered": serial}
     shown, ms = suggestions_for(Place(text, caret_in(text, draft.caret)), settings, request)
     result = shown.result
     # After the branches, whose pass scored the text; a long text's colours come once it is read, and at a caret
@@ -211,6 +212,7 @@ def suggest(draft: Draft, history: History, settings: Settings, request: gr.Requ
             "marker": caret_marker(text, shown.caret),
             "read_timer": gr.Timer(READ_POLL_SECONDS, active=bool(result["partial"])), **history_shown(history),
             **heat, "text_base": str(history.current), "answer_sync": answer_mark(shown.serial, text),
+            "answered": shown.serial,
             **({"follow_up": shown.serial} if shown.caret is not None and not result["partial"] else {})}
 
 
@@ -347,11 +349,13 @@ class SuggestionsPanel:
 
     def __init__(self, suffix: str = "") -> None:
         self.suffix = suffix  # on the components' elem_ids, for a second panel on one page
+        self.refresh_button: gr.Button | None = None  # the first panel's: Ctrl+Enter presses it
 
     def build(self) -> None:
         """The caret's marker, the branch buttons and the status line, under the text."""
         self.shown_state = gr.State(None)  # the Suggestions behind the buttons on screen
         self.follow_up = gr.State(None)  # the number of suggestions at a caret, which their fit and heatmap follow
+        self.answered = gr.State(None)  # the number of the answer shown, which another model's panel follows
         self.marker = gr.HTML(elem_id=f"caret-marker-view{self.suffix}")
         with gr.Row(equal_height=True, elem_id=f"branches{self.suffix}"):
             self.buttons = [gr.Button(visible=False, elem_id=f"branch{self.suffix}-{i}", elem_classes="branch-btn",
@@ -361,14 +365,15 @@ class SuggestionsPanel:
         self.read_timer = gr.Timer(READ_POLL_SECONDS, active=False)
 
     def build_refresh(self) -> None:
-        self.refresh = gr.Button("Refresh", elem_id=f"refresh{self.suffix}", size="sm")
+        self.refresh_button = gr.Button("Refresh", elem_id=f"refresh{self.suffix}", size="sm")
 
     def build_plot(self) -> None:
         gr.Markdown("**Next token**")
         self.plot = gr.HTML(elem_id=f"plot{self.suffix}", js_on_load=CLICK_TOKEN_JS)
 
     def slots(self) -> dict:
-        return {"shown_state": self.shown_state, "follow_up": self.follow_up, "marker": self.marker,
+        return {"shown_state": self.shown_state, "follow_up": self.follow_up, "answered": self.answered,
+                "marker": self.marker,
                 "branches": self.buttons, "status": self.status, "read_timer": self.read_timer, "plot": self.plot}
 
     def wire(self, wiring: Wiring, writer, settings: Controls) -> dict:
@@ -377,7 +382,7 @@ class SuggestionsPanel:
         wiring = wiring.adding(**self.slots())
         draft, history = writer.draft, "history_state"
         outputs = ["shown_state", "branches", "plot", "status", "marker", "history_state", "tree", "history_sync",
-                   "read_timer", "text_base", "answer_sync", "follow_up"]
+                   "read_timer", "text_base", "answer_sync", "follow_up", "answered"]
         if settings.components["view"] is not None:
             outputs += ["heatmap", "heatmap_state"]
         # A refresh asked while the session's Continue writes is skipped: the Continue refreshes when it ends.
@@ -389,7 +394,8 @@ class SuggestionsPanel:
         writer.caret_moved.click(**wiring.handler(
             suggest_at_moved_caret, dict(draft=draft, history=history, settings=settings), outputs,
             while_continuing=gr.skip, trigger_mode="always_last"))
-        self.refresh.click(**refresh)
+        if self.refresh_button is not None:
+            self.refresh_button.click(**refresh)
         # While a long text is read: the progress, then the exact suggestions, without greying the page each second.
         self.read_timer.tick(**{**refresh, "show_progress": "hidden"})
         # New suggestions at a caret: their fit (where it came without) and the heatmap follow, in a group of their
@@ -411,13 +417,23 @@ class SuggestionsPanel:
         # drop it): each waits its session's turn and applies to the text the one before it left.
         taking = ["text_box", "caret_sync", "conversation_state", "conversation_view", *outputs]
         taking_inputs = dict(draft=draft, shown="shown_state", history=history, settings=settings)
-        for i, button in enumerate(self.buttons):
-            button.click(**wiring.handler(take_branch_and_suggest, dict(index=gr.State(i), **taking_inputs), taking,
-                                          trigger_mode="multiple"))
+        self.taken = [button.click(**wiring.handler(take_branch_and_suggest, dict(index=gr.State(i), **taking_inputs),
+                                                    taking, trigger_mode="multiple"))
+                      for i, button in enumerate(self.buttons)]
         if not self.suffix:  # Alt+W takes the first panel's word
-            writer.take_word.click(**wiring.handler(take_word_and_suggest, taking_inputs, taking,
-                                                    trigger_mode="multiple"))
-        self.plot.click(**wiring.handler(force_token, taking_inputs, ["text_box", "caret_sync", "text_base",
-                                                                      "history_state"],
-                                         trigger_mode="multiple")).success(**refresh)
+            self.taken.append(writer.take_word.click(**wiring.handler(take_word_and_suggest, taking_inputs, taking,
+                                                                      trigger_mode="multiple")))
+        token = self.plot.click(**wiring.handler(force_token, taking_inputs, ["text_box", "caret_sync", "text_base",
+                                                                              "history_state"],
+                                                 trigger_mode="multiple"))
+        token.success(**refresh)
+        self.taken.append(token)
+        self.refresh = refresh
         return refresh
+
+    def follow(self, first: SuggestionsPanel) -> None:
+        """Another model's panel beside the first: it refreshes after each answer of the first (which the writer's
+        edits ask for), and the text its clicks write refreshes the first."""
+        first.answered.change(**self.refresh)
+        for event in self.taken:
+            event.then(**first.refresh)
