@@ -81,9 +81,10 @@ def check_constraint(spec: object, text: str) -> Constraint | None:
             try:
                 value = json.loads(value)
             except json.JSONDecodeError as error:
-                raise ValueError(f"the JSON schema is not valid JSON: {error}") from None
+                raise ValueError(f"a json_schema constraint's value is not valid JSON: {error}") from None
         if not isinstance(value, (dict, bool)):
-            raise ValueError(f"a JSON schema must be an object (or JSON text of one), got {type(value).__name__}")
+            raise ValueError(f"a json_schema constraint's value must be an object (or JSON text of one), got "
+                             f"{type(value).__name__}")
         value = json.dumps(value)  # keys in their order: the grammar writes properties in the schema's order
     elif not isinstance(value, str) or not value:
         raise ValueError(f"a {kind} constraint's value must be a non-empty string, got {value!r}")
