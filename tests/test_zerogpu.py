@@ -132,7 +132,9 @@ def test_a_lone_surrogate_gets_a_clear_message(space):
     """Browsers can send half a character; JSON carries it as an escape gradio_client cannot send."""
     url, log = space
     before = len(scheduled(log))
-    arguments = ["ok\ud800", 3, 2, 1.0, 0, 1.0, 1.0, "greedy", 0, None, None, 0.0, 0.0, None, None, 32, None]
+    parameters = Client(url, verbose=False).view_api(print_info=False, return_format="dict")["named_endpoints"][
+        "/lookahead"]["parameters"]
+    arguments = ["ok\ud800", 3, 2] + [p["parameter_default"] for p in parameters[3:]]  # the rest as the app lists
     body = json.dumps({"data": arguments}).encode()
     post = urllib.request.Request(f"{url}gradio_api/call/lookahead", body, {"Content-Type": "application/json"})
     event_id = json.load(urllib.request.urlopen(post, timeout=30))["event_id"]
