@@ -97,10 +97,19 @@ def settle(page: Page, quiet_s: float = 1.0) -> None:
         raise RuntimeError(f"the page shows an error: {errors.first.inner_text()}")
 
 
+def unfold(page: Page, panel: str) -> None:
+    """Open a panel the page folded (a phone starts with those below the suggestions folded)."""
+    toggle = page.locator(f"#{panel} > .label-wrap")
+    if "open" not in (toggle.get_attribute("class") or ""):
+        toggle.click()
+
+
 def set_up(page: Page, phone: bool) -> None:
     """The state the screenshot shows, each step waited for."""
     expect(page.locator("#branch-0")).to_be_visible(timeout=FIRST_PAGE_TIMEOUT_MS)
     settle(page)
+    for panel in ("why-panel", "sampling-panel", "history-panel", "heatmap-panel"):
+        unfold(page, panel)
     box = page.locator("#text textarea")
     box.fill(TEXT[:-1])
     box.press_sequentially(TEXT[-1])  # the last keystroke fires the input event, as a writer's would
@@ -126,9 +135,11 @@ def set_up(page: Page, phone: bool) -> None:
 
 
 def columns(page: Page) -> list[dict]:
-    """The page's two columns (the text's and the plot's) as boxes in page pixels: x, y, width, height."""
-    return [page.locator(selector).locator("xpath=ancestor::*[contains(@class, 'column')][1]").bounding_box()
-            for selector in ("#text", "#plot")]
+    """The page's two columns (the text's and the plot's) as boxes in page pixels: x, y, width, height; on a phone,
+    where the columns' contents are one list (page.css), the row that holds them."""
+    boxes = [page.locator(selector).locator("xpath=ancestor::*[contains(@class, 'column')][1]").bounding_box()
+             for selector in ("#text", "#plot")]
+    return boxes if all(boxes) else [page.locator("#main-row").bounding_box()]
 
 
 def column_bottoms(page: Page) -> tuple[float, float]:
