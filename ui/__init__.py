@@ -1,1 +1,3 @@
-"""The page's plumbing that is not layout: kept out of app.py so that it reads top to bottom."""
+"""The page: its panels (ui/panels/), the wiring they share (wiring.py, controls.py, ordering.py, errors.py), the
+endpoints (endpoints.py), renderers and the logic of chat, constraints and the heatmap, scripts and styles (static/).
+"""

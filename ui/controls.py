@@ -1,9 +1,10 @@
-"""The page's controls as app.py's handlers take them: by name, related controls grouped into one value.
+"""The page's controls as the panels' handlers take them: by name, related controls grouped into one value.
 
-A handler names what it takes (`text`, `history`, `sampling` ...), and the wiring says which of the page's
+A handler names what it takes (`text`, `history`, `settings` ...), and the wiring says which of the page's
 components holds each (`by_name`): one component, or a group of them (`Controls`) read as one of the frozen
-dataclasses below. So a handler has a few named parameters however many controls the page has, and a new
-control is a field of its group, bound to its component where app.py builds the groups.
+dataclasses below (a group may hold groups: `Settings`). So a handler has a few named parameters however many
+controls the page has, and a new control is a field of its group, bound to its component where its panel (or
+app.py, for groups across panels) builds the group.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Draft:
     last put there ("N"), or, once the writer has edited since, that node marked so ("~N"; keyboard.js marks it)."""
 
     text: str
-    caret: str | None  # a character offset, as Python counts them; "" at the end (app.caret_in reads it)
+    caret: str | None  # a character offset, as Python counts them; "" at the end (ui/insertion.caret_in reads it)
     base: str | None
 
     def newest(self, history: History) -> str:

@@ -1,7 +1,8 @@
 // The browser's copy of the writer's history tree, kept in localStorage so that a reload picks up where it
 // left off, and the page's settings that a reload keeps with it (the heatmap switch, chat mode). An expression:
-// {read, save, keep}, whose members are the js= of events in app.py (ui/scripts.py loads them): `read` hands the
-// stored copies to the page's load event, `save` applies each history sync message, `keep` stores the settings.
+// {read, save, keep}, whose members are the js= of events of the page's panels (ui/scripts.py loads them): `read`
+// hands the stored copies to the page's load event, `save` applies each history sync message, `keep` stores the
+// settings.
 // The sync message's fields: docs/architecture.md, "Page state messages".
 (() => {
   const STORAGE_KEY = "interactive-lookahead-history";  // ui/scripts.py reads it from here
