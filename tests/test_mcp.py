@@ -16,6 +16,7 @@ from gradio_client import Client
 
 import custom_llm_inference as cli
 from lookahead.backends.in_process import matchers, prefix_caches
+from lookahead.sampling import knobs
 from mcp_client import answer, call, list_tools
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,6 +68,11 @@ def test_every_tool_and_parameter_is_described(server):
             assert schema.get("description"), f"{tool.name}.{name} has no description"
     lookahead = next(tool for tool in listed if tool.name == "lookahead")
     assert "1-20" in lookahead.inputSchema["properties"]["n_branches"]["description"]
+    for name, setting in knobs().items():  # each sampling setting described as its knob says, on both tools
+        for tool in listed:
+            if name in tool.inputSchema["properties"]:
+                assert tool.inputSchema["properties"][name]["description"] == setting.description, (tool.name, name)
+    assert "min_p" in lookahead.inputSchema["properties"]
 
 
 def test_a_lookahead_is_json_equal_to_the_engines(server):
