@@ -5,12 +5,9 @@ model's softmax, before any penalty or temperature), not the whole vocabulary. p
 tokens. p_final applies transformers' processors as in-process (`Sampling.final_scores`), to the N tokens
 and, where it matters, to "the rest": every other token, counted as one token holding their total mass.
 
-The rest plays no part where the filters cut each of its tokens: top_k keeps at most N tokens, or, with no
-penalty to reorder the tokens and top_p off, the filters cut the least likely of the N (every token of the
-rest is less likely still, and a threshold relative to the likeliest token, as min_p's, is known exactly:
-the likeliest token always came back). Elsewhere the rest counts as one token, which is exact where it is
-cut whole at temperature 1 or with top_p off (a temperature scales its mass as one token's, and top_p sees
-that mass).
+The rest plays no part where the filters cut each of its tokens, and which of the N they keep does not
+depend on it: then p_final is exact (`exact_final` says when, and why). Elsewhere the rest counts as one
+token: an approximation, which the answer's notice says.
 """
 
 from __future__ import annotations
@@ -21,10 +18,12 @@ from typing import NamedTuple
 
 import torch
 
-from lookahead.sampling import Sampling
+from lookahead.sampling import PresenceFrequencyPenalty, Sampling
 from lookahead.scoring import Scores, unscored
 
 EMPTY_REST = 1e-45  # the rest's mass when the N tokens hold it all: a finite log, so the processors see a token
+ROUNDING = 1e-6  # more than the error float32 log-probabilities leave in the top N's total mass (a few 1e-7): the
+# rest's mass is known to within this, and a temperature above 1 makes even that much count
 
 
 class Returned(NamedTuple):
@@ -56,32 +55,88 @@ def final_logprobs(scores: torch.Tensor, context: list[int], sampling: Sampling,
     return torch.log_softmax(processed[0], -1)
 
 
-def penalised(sampling: Sampling) -> bool:
-    """Whether a penalty moves tokens past others: the order of p_base is then not p_final's."""
-    return (sampling.repetition_penalty != 1.0 or sampling.presence_penalty != 0.0
-            or sampling.frequency_penalty != 0.0)
+def log_total(*parts: torch.Tensor | float) -> float:
+    """log of the summed exp of `parts` (tensors of log-masses, or one log-mass each); -inf for none."""
+    return float(torch.cat([torch.as_tensor(part, dtype=torch.float).reshape(-1) for part in parts]).logsumexp(0))
 
 
-def cuts_every_other_token(sampling: Sampling, logprobs: torch.Tensor, final: torch.Tensor) -> bool:
-    """Whether the filters, having cut the least likely returned token in `final` (the returned tokens alone), cut
-    every token that did not come back: each is less likely still, in p_final's order too when no penalty reorders
-    them; top_p must be off, since its cut depends on the mass that did not come back."""
+def exact_final(sampling: Sampling, approximated: bool, logprobs: torch.Tensor,
+                context: list[int]) -> torch.Tensor | None:
+    """log p_final over the vocabulary where the top N (`logprobs`: -inf for a token that did not come back) give
+    it exactly, whatever the tokens that did not come back; None elsewhere.
+
+    None after healing or under a constraint (`approximated`: renormalised over the allowed tokens that came back),
+    and with a repetition penalty (it needs the logits' signs, not log-probabilities).
+
+    Each token that did not come back is at most as likely as the least likely returned token, and as all of them
+    together (the rest's mass: 1 minus the top N's, to within ROUNDING). So after its own presence and frequency
+    penalties (known for every token: they count the context) and the temperature, it scores at most the
+    `ceiling`. The returned tokens scoring at least that ("above"; a tie is the server's choice among equals)
+    outrank every token that did not come back. The others ("below": returned tokens under the ceiling, and
+    every token that did not come back) may come in any order. With no penalty every returned token is above.
+
+    - top_k <= len(above): top_k keeps tokens above only; top_p, min_p and the normalisation see known tokens
+      only. Exact.
+    - Else top_k keeps every token above and some below, of a mass (after the penalties and the temperature)
+      unknown but between a least and a most. Exact where the filters, with either end counted as one token
+      beside the tokens above, cut the most and keep the same tokens above. min_p then cuts every token below
+      (each holds less than the most; the threshold is relative to the likeliest token, which is above). top_p
+      cuts every token below, and each token above that it cuts with the most: the tokens ranked before them
+      hold top_p of a total at least the true one. And top_p keeps more tokens above the more mass is kept
+      below them: each that it keeps with the least is kept in truth.
+    - The ends. With top_p off only min_p counts, token by token: the most is one token at the ceiling, the
+      least none. With top_p, the most is the returned tokens below and the rest's mass under the smallest
+      penalty among the tokens that did not come back; below temperature 1 that mass is raised to
+      1/temperature, at most the rest's mass times the likeliest such token's to the power 1/temperature - 1.
+      The least is the top_k - len(above) likeliest returned tokens below (top_k keeps those, or likelier
+      ones); with top_k off every returned token below, and at temperature 1 the rest's mass under the largest
+      penalty. Above temperature 1 with top_p: approximate. No most is known: raised to 1/temperature the
+      rest's mass grows as it spreads over more tokens, and counting top_k - len(above) tokens at the ceiling
+      fails where tokens tie with the k-th (transformers' top_k keeps them all).
+    """
     returned = torch.isfinite(logprobs)
-    if penalised(sampling) or sampling.top_p < 1.0 or not returned.any():
-        return False
-    least = logprobs.masked_fill(~returned, float("inf")).argmin()
-    return not bool(torch.isfinite(final[least]))
-
-
-def exact_final(sampling: Sampling, approximated: bool, within_top_k: bool, rest_cut: bool) -> bool:
-    """Whether p_final from the top N equals the whole vocabulary's. Never after healing or under a constraint
-    (`approximated`: renormalised over the allowed tokens that came back), nor with a repetition penalty (it needs
-    the logits' signs, not log-probabilities). Exact when top_k keeps at most N tokens; else when the rest is cut
-    whole (`rest_cut`) with no penalty to reorder its tokens, at temperature 1 or with top_p off."""
-    if approximated or sampling.repetition_penalty != 1.0:
-        return False
-    return within_top_k or (rest_cut and not penalised(sampling)
-                            and (sampling.temperature == 1.0 or sampling.top_p == 1.0))
+    if approximated or sampling.repetition_penalty != 1.0 or not returned.any():
+        return None
+    ids = torch.tensor([context], dtype=torch.long)
+    shaped = sampling.shaping()(ids, logprobs[None])[0]
+    lift = PresenceFrequencyPenalty(sampling.presence_penalty, sampling.frequency_penalty)(
+        ids, torch.zeros(1, len(logprobs)))[0]  # minus each token's penalty
+    rest_mass = 1.0 - float(logprobs[returned].double().exp().sum())  # to within ROUNDING
+    temperature = sampling.temperature
+    if returned.all():  # nothing past the top N
+        above, ceiling, rest_most, rest_least = returned, float("-inf"), float("-inf"), float("-inf")
+    else:
+        most_mass, least_mass = max(rest_mass, 0.0) + ROUNDING, rest_mass - ROUNDING
+        bound = min(float(logprobs[returned].min()), math.log(most_mass))  # each such token's log-probability
+        least_penalty, most_penalty = float(lift[~returned].max()), float(lift[~returned].min())
+        above = returned & (logprobs + lift >= bound + least_penalty)  # before the temperature: ties stay ties
+        ceiling = (bound + least_penalty) / temperature
+        rest_most = math.log(most_mass) + least_penalty / temperature + (1 / temperature - 1) * bound
+        rest_least = math.log(least_mass) + most_penalty if least_mass > 0 else float("-inf")
+    filters, top_k, n_above = sampling.filters(), sampling.top_k, int(above.sum())
+    known = shaped[above]  # the filters see finite scores only: the tokens above, and an end
+    if 1 <= top_k <= n_above:
+        keep = torch.isfinite(filters(ids, known[None])[0])
+    else:
+        below = shaped[returned & ~above]
+        if sampling.top_p == 1.0:
+            most, least = ceiling, float("-inf")
+        elif temperature > 1.0:
+            return None
+        else:
+            most = log_total(below, rest_most)
+            if top_k:
+                least = log_total(below.topk(min(top_k - n_above, len(below))).values)
+            else:
+                least = log_total(below, rest_least if temperature == 1.0 else float("-inf"))
+        at_most, at_least = (torch.isfinite(filters(ids, torch.cat([known, torch.tensor([end])])[None])[0])
+                             for end in (most, least))
+        if at_most[-1] or not torch.equal(at_most[:-1], at_least[:-1]):
+            return None
+        keep = at_most[:-1]
+    kept = torch.zeros_like(above)
+    kept[above] = keep
+    return torch.log_softmax(shaped.masked_fill(~kept, float("-inf")), -1)
 
 
 def next_token_logprobs(
@@ -90,8 +145,9 @@ def next_token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """(log p_base, log p_final, exact) over the vocabulary, from the server's top-N log-probabilities `top`.
 
-    Tokens that did not come back have -inf. Under a constraint (`valid`), p_final is renormalised over the valid
-    tokens that came back. Where the rest counts (see the module's docstring): the repetition penalty is applied to
+    Tokens that did not come back have -inf. Where p_final is not exact (`exact_final`): under a constraint
+    (`valid`) it is renormalised over the valid tokens that came back; with top_k keeping at most N tokens, over
+    the returned tokens alone; else the rest counts as one token: the repetition penalty is applied to
     log-probabilities, not logits; a temperature scales the rest as one token; top_p and the normalisation see
     the rest as one token.
     """
@@ -100,15 +156,15 @@ def next_token_logprobs(
     approximated = allowed is not None or valid is not None
     if not sampling.processors() and valid is None:
         return logprobs, logprobs, not approximated
-    within_top_k = 1 <= sampling.top_k <= len(returned)
-    alone = final_logprobs(logprobs, context, sampling, valid)
-    if valid is not None or within_top_k or cuts_every_other_token(sampling, logprobs, alone):
-        return logprobs, alone, exact_final(sampling, approximated, within_top_k, rest_cut=True)
+    exact = exact_final(sampling, approximated, logprobs, context)
+    if exact is not None:
+        return logprobs, exact, True
+    if valid is not None or 1 <= sampling.top_k <= len(returned):
+        return logprobs, final_logprobs(logprobs, context, sampling, valid), False
     rest_mass = max(0.0, 1.0 - float(logprobs.exp().sum()))
     rest = torch.tensor([math.log(rest_mass or EMPTY_REST)])
     final = final_logprobs(torch.cat([logprobs, rest]), context, sampling)
-    rest_cut = not torch.isfinite(final[vocab_size]) or rest_mass == 0.0
-    return logprobs, final[:vocab_size], exact_final(sampling, approximated, within_top_k, rest_cut)
+    return logprobs, final[:vocab_size], False
 
 
 def entropy_bits(logprobs: list[float]) -> float:
