@@ -43,6 +43,7 @@ from lookahead.constraints import Constraint, check_constraint, written_part_err
 from lookahead.models import available_models, default_model_name, load_model, load_tokenizer, on_zero_gpu
 from lookahead.requests import (
     AttributionRequest,
+    CompareRequest,
     DistributionRequest,
     GenerateRequest,
     LookaheadRequest,
@@ -77,6 +78,7 @@ __all__ = [
     "available_models",
     "backend",
     "cancel",
+    "compare",
     "default_model_name",
     "end_session",
     "generate",
@@ -450,6 +452,68 @@ def lookahead(
         fit_tokens=_check_int("fit_tokens", fit_tokens, 0, MAX_FIT_TOKENS),
     )
     return _backend.lookahead(request, precompute, partial, yielding)
+
+
+def compare(
+    text: str,
+    models: list[str],
+    k: int = 10,
+    n_branches: int = 5,
+    depth: int = 3,
+    *,
+    session: str = "default",
+    messages: list[dict] | None = None,
+    caret: int | None = None,
+    constraint: dict | None = None,
+    stop: list[str] | None = None,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    repetition_penalty: float = 1.0,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    min_p: float = 0.0,
+    sampling: Sampling | None = None,
+) -> dict:
+    """Two models on one text: where they agree and where they part, token by token, and what each would write next.
+
+    `models`: the two models' names, a then b. Returns {"models", "per" ("token", or "word" where the two
+    tokenizers cut the text differently), "tokens": one entry per token of `text` as token_probabilities lists
+    them, with "logprob" and "rank" as [a, b] and "js": the Jensen–Shannon divergence in bits between the two
+    models' whole next-token distributions before the token (None for the first; "tokens" is None per word),
+    "words" (per word only: {"start", "end", "text", "logprob": [a, b]}, a word ending where whitespace follows and
+    both models' tokens end, its log-probability the sum of its tokens', which no tokenizer changes), "next":
+    {"distributions": [a's, b's] (the k next tokens at the caret, as from next_token_distribution), "js" (their
+    divergence, over the models' plain distributions; None per word)}, "branches": [a's, b's] (as from
+    `lookahead`, at the caret)}. `caret`, `constraint`, `stop`, `messages` and the sampling settings (as flat
+    keywords or one `sampling`) are as for `lookahead`; the tokens compared are always the whole text's.
+    Runs in-process only (a server returns its top log-probabilities, not whole distributions).
+    """
+    names = _check_models(models)
+    common, after = _at_caret(text, caret, session, names[0], messages, constraint)
+    for name in names[1:]:
+        _check_messages(messages, name)
+    whole = _check_string("text", text)
+    checked = [_check_constraint(constraint, common["text"], name) for name in names][0]
+    return _backend.compare(CompareRequest(
+        **{**common, "model_name": None},
+        models=names,
+        k=_check_int("k", k, 1, MAX_TOP_K),
+        n_branches=_check_int("n_branches", n_branches, 1, MAX_BRANCHES),
+        depth=_check_int("depth", depth, 1, MAX_DEPTH),
+        sampling=Sampling.from_keywords(sampling, locals()),
+        constraint=checked,
+        stop=_check_stop(stop),
+        after=after,
+        whole=whole,
+    ))
+
+
+def _check_models(models: object) -> tuple[str, str]:
+    if (not isinstance(models, (list, tuple)) or len(models) != 2
+            or not all(isinstance(name, str) and name for name in models)):
+        raise ValueError(f"models must be two models' names, [a, b], got {models!r}"[:300])
+    return tuple(models)
 
 
 def generate_stream(

@@ -69,3 +69,30 @@ def compare_models(models: tuple[PreTrainedModel, PreTrainedModel], ids: torch.T
         js[first: first + len(targets)] = js_bits(predicting[0], predicting[1])
         previous = rows[:, -1]
     return Comparison(logprob, rank, js, previous, float(js_bits(previous[0], previous[1])))
+
+
+def compared_tokens(listings: tuple[list[dict], list[dict]], js: list[float | None]) -> list[dict]:
+    """One entry per token of the text, from both models' token_probabilities listings (one tokenizer: the same
+    tokens) and the divergence before each."""
+    return [{"token_id": a["token_id"], "token": a["token"], "start": a["start"], "end": a["end"],
+             "logprob": [a["logprob"], b["logprob"]], "rank": [a["rank"], b["rank"]], "js": divergence}
+            for a, b, divergence in zip(*listings, js)]
+
+
+def word_units(text: str, listings: tuple[list[dict], list[dict]]) -> list[dict]:
+    """The text in words whose log-probability both tokenizers give: a word ends where whitespace follows and both
+    models' tokens end too, so each unit is whole tokens under both, and its log-probability (the sum of its
+    tokens', None if one has none) does not depend on how either model cut it up."""
+    ends = [{token["end"] for token in listing} for listing in listings]
+    boundaries = [i for i in range(1, len(text) + 1)
+                  if (i == len(text) or text[i].isspace() and not text[i - 1].isspace()) and all(i in e for e in ends)]
+    units, start = [], 0
+    for end in boundaries:
+        sums = [_summed([t["logprob"] for t in listing if start < t["end"] <= end]) for listing in listings]
+        units.append({"start": start, "end": end, "text": text[start:end], "logprob": sums})
+        start = end
+    return units
+
+
+def _summed(logprobs: list[float | None]) -> float | None:
+    return None if not logprobs or any(lp is None for lp in logprobs) else math.fsum(logprobs)

@@ -92,4 +92,21 @@ class AttributionRequest(Request):
     at_token: int | None = None
 
 
-REQUEST_TYPES = (LookaheadRequest, DistributionRequest, ScoresRequest, GenerateRequest, AttributionRequest)
+@dataclass(frozen=True, kw_only=True)
+class CompareRequest(Request):
+    """Two models on one text: every token under both, where their next-token distributions part, and at the
+    caret both distributions and both models' branches. `model_name` is unused: `models` names both."""
+
+    models: tuple[str, str]
+    k: int = 10
+    n_branches: int = 5
+    depth: int = 3
+    sampling: Sampling = PLAIN
+    constraint: Constraint | None = None
+    stop: tuple[str, ...] = ()
+    after: str | None = None  # the text after the caret (`text` ends at it); None: the caret is at the end
+    whole: str | None = None  # the whole text, caret or not: the one whose tokens are compared
+
+
+REQUEST_TYPES = (LookaheadRequest, DistributionRequest, ScoresRequest, GenerateRequest, AttributionRequest,
+                 CompareRequest)

@@ -40,6 +40,20 @@ def test_min_p_reaches_the_engine_positional_callers_unchanged(client):
     assert positional["sampling"] == {**cli.Sampling(temperature=0.7, top_k=40, top_p=0.9).as_dict()}
 
 
+def test_compare_answers_as_the_engine(client, tiny_model_dirs):
+    text = "The keeper lit the lamp and"
+    models = ["", tiny_model_dirs["llama"]]  # empty: the default
+    remote = client.predict(text, models, 5, 2, 2, min_p=0.05, api_name="/compare")
+    local = cli.compare(text, [cli.default_model_name(), tiny_model_dirs["llama"]], 5, 2, 2, min_p=0.05,
+                        session="local compare")
+    assert remote["models"] == local["models"] and remote["per"] == "token"
+    assert [t["js"] for t in remote["tokens"]] == pytest.approx([t["js"] for t in local["tokens"]], abs=1e-6)
+    assert [[b["token_ids"] for b in side] for side in remote["branches"]] == [
+        [b["token_ids"] for b in side] for side in local["branches"]]
+    with pytest.raises(Exception, match="models"):
+        client.predict(text, ["not a model the app offers", ""], api_name="/compare")
+
+
 def test_constraints_penalties_and_stops_reach_the_engine(client):
     text = "Is the sea blue? Answer: "
     constraint = {"type": "choice", "value": ["yes", "no", "maybe"], "start": None}

@@ -59,3 +59,102 @@ def test_the_divergence_is_zero_for_one_model_and_one_bit_for_disjoint_distribut
     assert float(same.js[1:].abs().max()) < 1e-6 and same.next_js < 1e-6
     apart = torch.log(torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.25, 0.75]]))
     assert comparison.js_bits(apart[0], apart[1]) == pytest.approx(1.0, abs=1e-6)
+
+
+TEXT = "The old lighthouse keeper climbed the stairs and looked out over the sea."
+
+
+@pytest.fixture(scope="module")
+def other_tokenizer_model(tmp_path_factory) -> str:
+    """A tiny random Llama with a tokenizer of its own (a byte-level BPE trained here, offline): another cut of
+    the same text into tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE(unk_token="<unk>"))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.train_from_iterator([TEXT * 3, *TEXTS], trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    path = tmp_path_factory.mktemp("other-tokenizer")
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=256,
+                         initializer_range=0.2, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    return str(path)
+
+
+def test_compare_answers_as_each_model_alone_and_as_full_forwards(embedded, tiny_model_dirs):
+    names = [cli.default_model_name(), tiny_model_dirs["llama"]]
+    result = cli.compare(TEXT, names, k=5, n_branches=3, depth=2, session="compare")
+    assert result["models"] == names and result["per"] == "token" and result["words"] is None
+    tokenizer = embedded[1]
+    ids = torch.tensor([tokenizer(TEXT)["input_ids"]])
+    rows = [reference(cli.load_model(name)[0], ids, len(tokenizer)) for name in names]
+    tokens = result["tokens"]
+    assert [t["token_id"] for t in tokens] == ids[0].tolist()
+    assert "".join(TEXT[t["start"]:t["end"]] for t in tokens) == TEXT
+    assert tokens[0]["js"] is None and tokens[0]["logprob"] == [None, None]
+    for i, token in enumerate(tokens[1:], 1):
+        for m in range(2):
+            assert token["logprob"][m] == pytest.approx(rows[m][i - 1][token["token_id"]], abs=1e-4)
+        assert token["js"] == pytest.approx(js_reference(rows[0][i - 1], rows[1][i - 1]), abs=1e-4)
+    assert result["next"]["js"] == pytest.approx(js_reference(rows[0][-1], rows[1][-1]), abs=1e-4)
+    for m, name in enumerate(names):
+        assert [e["token_id"] for e in result["next"]["distributions"][m]] == [
+            e["token_id"] for e in cli.next_token_distribution(TEXT, 5, model_name=name, session="alone")]
+        for entry in result["next"]["distributions"][m]:
+            assert entry["prob"] == pytest.approx(math.exp(rows[m][-1][entry["token_id"]]), abs=1e-4)
+        alone = cli.lookahead(TEXT, 3, 2, model_name=name, session="alone")["branches"]
+        assert [b["token_ids"] for b in result["branches"][m]] == [b["token_ids"] for b in alone]
+
+
+def test_compare_at_a_caret_suggests_there_and_still_compares_the_whole_text(embedded, tiny_model_dirs):
+    names = [cli.default_model_name(), tiny_model_dirs["llama"]]
+    caret = TEXT.index(" climbed")
+    result = cli.compare(TEXT, names, n_branches=2, depth=2, caret=caret, session="compare caret")
+    assert result["tokens"][-1]["end"] == len(TEXT)
+    tokenizer = embedded[1]
+    before = torch.tensor([tokenizer(TEXT[:caret])["input_ids"]])
+    rows = [reference(cli.load_model(name)[0], before, len(tokenizer)) for name in names]
+    assert result["next"]["js"] == pytest.approx(js_reference(rows[0][-1], rows[1][-1]), abs=1e-4)
+    for m, name in enumerate(names):
+        alone = cli.lookahead(TEXT, 2, 2, model_name=name, caret=caret, session="alone caret")["branches"]
+        assert [b["text"] for b in result["branches"][m]] == [b["text"] for b in alone]
+
+
+def test_models_with_other_tokenizers_are_compared_per_word(embedded, other_tokenizer_model):
+    names = [cli.default_model_name(), other_tokenizer_model]
+    result = cli.compare(TEXT, names, n_branches=2, depth=2, session="compare words")
+    assert result["per"] == "word" and result["tokens"] is None and result["next"]["js"] is None
+    words = result["words"]
+    assert "".join(w["text"] for w in words) == TEXT and words[0]["start"] == 0 and words[-1]["end"] == len(TEXT)
+    assert len(words) > 5, "most words end where both tokenizers end a token"
+    for m, name in enumerate(names):
+        model, tokenizer = cli.load_model(name)
+        encoding = tokenizer(TEXT, return_offsets_mapping=True)
+        ids = torch.tensor([encoding["input_ids"]])
+        logprobs = reference(model, ids, len(tokenizer))
+        scored = [(end, logprobs[i - 1][token]) for i, ((_, end), token) in
+                  enumerate(zip(encoding["offset_mapping"], encoding["input_ids"])) if i > 0 and end > 0]
+        for word in words[1:]:  # the first holds the first token, which nothing predicts
+            inside = [lp for end, lp in scored if word["start"] < end <= word["end"]]
+            assert word["logprob"][m] == pytest.approx(math.fsum(inside), abs=1e-3), (name, word["text"])
+
+
+def test_compare_refuses_anything_but_two_models(embedded):
+    for models in (None, [], [cli.default_model_name()], ["a", "b", "c"], [cli.default_model_name(), ""]):
+        with pytest.raises(ValueError, match="models"):
+            cli.compare(TEXT, models)
+
+
+def test_a_server_backend_refuses_to_compare_before_it_asks_the_server():
+    from lookahead.backends.server.vllm import VLLMBackend
+    from lookahead.requests import CompareRequest
+
+    request = CompareRequest(text="x", whole="x", models=("a", "b"))
+    with pytest.raises(ValueError, match="compare.*in-process"):
+        VLLMBackend("http://127.0.0.1:9/v1").compare(request)

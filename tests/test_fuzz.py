@@ -16,7 +16,7 @@ from gradio_client import Client
 
 import custom_llm_inference as cli
 
-FUNCTIONS = ["lookahead", "next_token_distribution", "generate", "token_probabilities"]
+FUNCTIONS = ["lookahead", "next_token_distribution", "generate", "token_probabilities", "compare"]
 # Not fuzzed: the text (each call draws an odd one of its own), the session (any value names one), and what only
 # chooses the machinery that computes the same answer: precompute (background work a fuzz run would only leave
 # behind), partial and yielding (how a long text is read, and whether the call waits for others), and sampling (the
@@ -36,13 +36,15 @@ ODD_CONSTRAINTS = [None, {}, "regex", 7, {"type": "regex"}, {"type": "shape", "v
                    {"type": "grammar", "value": 'start: "a"+'}, {"type": "json_schema", "value": {"type": "object"}},
                    {"type": "json_schema", "value": "{"}, {"type": "json_schema", "value": 7}]
 ODD_STOPS = [None, "", ".", [","], [""], [7], ["a"] * 9, "x" * 201, {}, 7]
+PAIR = [cli.default_model_name()] * 2  # compare's models: the one model the app offers, twice
+ODD_MODELS = [None, [], "ab", 7, [PAIR[0]], [PAIR[0], ""], [PAIR[0], 7], PAIR * 2, {"a": 1}, PAIR]
 # By type, as a signature or the API info spells it once normalised (`kind`).
 ODD_VALUES = {"int": ODD_SCALARS, "float": ODD_SCALARS, "str": ODD_SCALARS, "None | int": ODD_SCALARS,
               "None | str": ODD_MODEL_NAMES, "None | list[dict]": ODD_MESSAGES, "None | dict": ODD_CONSTRAINTS,
-              "None | list[str]": ODD_STOPS}
+              "None | list[str]": ODD_STOPS, "list[str]": ODD_MODELS}
 ODD_TEXTS = ["ok", "", " ", "ok\ud800", "\udfff", "tab\tand\x00nul", "🦜🦜", "a" * 3000, None, 7, ["ok"]]
 # keep valid calls cheap
-SMALL = {"n_branches": [1, 2, 3], "depth": [1, 2, 3], "k": [1, 5], "max_new_tokens": [1, 2, 3]}
+SMALL = {"n_branches": [1, 2, 3], "depth": [1, 2, 3], "k": [1, 5], "max_new_tokens": [1, 2, 3], "models": [PAIR]}
 CHANGED_PER_CALL = 1.5  # arguments changed per call, on average, so valid calls stay common
 
 
@@ -74,6 +76,13 @@ def check_result(name: str, result) -> None:
     if name == "token_probabilities":
         for token in result["tokens"]:
             assert token["prob"] is None or 0 <= token["prob"] <= 1
+        return
+    if name == "compare":
+        for token in result["tokens"] or []:
+            assert token["js"] is None or 0 <= token["js"] <= 1
+        for entries in result["next"]["distributions"]:
+            for entry in entries:
+                assert 0 <= entry["prob"] <= 1 and 0 <= entry["p_final"] <= 1
         return
     entries = result if name == "next_token_distribution" else result.get("distribution", [])
     for entry in entries:

@@ -20,7 +20,7 @@ from lookahead.sampling import knobs
 from mcp_client import answer, call, list_tools
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = {"lookahead", "next_token_distribution", "token_probabilities", "attribution", "generate"}
+TOOLS = {"lookahead", "next_token_distribution", "token_probabilities", "attribution", "generate", "compare"}
 PRIVATE_TEXT = "Dear Ada, the spare key to the blue cottage is under the third flowerpot from the left, as"
 START_SECONDS = 300  # a cold start on a busy 2-core machine: import, load the model, measure its pass costs
 
@@ -96,6 +96,10 @@ def test_every_other_tool_answers_json(server):
     assert sum(t["score"] for t in why["tokens"] if t["score"] is not None) == pytest.approx(1, abs=1e-4)
     continued = answer(server, "generate", {"text": "1, 2, 3,", "max_new_tokens": 8})  # a streamed endpoint
     assert continued["token_ids"] == cli.generate("1, 2, 3,", 8, "greedy")["token_ids"]
+    default = cli.default_model_name()
+    compared = answer(server, "compare", {"text": text, "models": [default, default], "n_branches": 2, "depth": 2})
+    assert [t["js"] for t in compared["tokens"]] == pytest.approx(
+        [t["js"] for t in cli.compare(text, [default, default], n_branches=2, depth=2)["tokens"]], abs=1e-6)
 
 
 @pytest.mark.parametrize("tool, arguments, reference", [

@@ -267,6 +267,22 @@ def test_a_caret_and_fit_answer_as_on_the_cpu(space):
     assert out["text"] == cli.generate(text[:caret], 8)["text"]
 
 
+def test_compare_runs_both_models_in_one_gpu_call_and_answers_as_on_the_cpu(space):
+    url, log = space
+    text = "The old lighthouse keeper climbed the stairs and"
+    before = len(scheduled(log))
+    remote = Client(url, verbose=False).predict(text, ["", ""], 5, 2, 2, api_name="/compare")
+    requests = scheduled(log)[before:]
+    assert [r["seconds"] for r in requests] == [2 * zerogpu.INTERACTION_GPU_SECONDS * DURATION_FACTOR]
+    default = cli.default_model_name()
+    local = cli.compare(text, [default, default], 5, 2, 2, session="local zerogpu compare")
+    assert [t["logprob"][1] for t in remote["tokens"][1:]] == pytest.approx(
+        [t["logprob"][1] for t in local["tokens"][1:]], abs=1e-5)
+    assert [t["js"] for t in remote["tokens"][1:]] == pytest.approx([t["js"] for t in local["tokens"][1:]], abs=1e-5)
+    assert [[b["token_ids"] for b in side] for side in remote["branches"]] == [
+        [b["token_ids"] for b in side] for side in local["branches"]]
+
+
 def test_attribution_answers_as_on_the_cpu(space):
     url, _ = space
     remote = Client(url, verbose=False).predict("The capital of France is", None, "saliency", api_name="/attribution")

@@ -209,6 +209,51 @@ def api_attribution(
                                      at_token=at_token), request)
 
 
+def api_compare(
+    text: str, models: list[str], k: int = 10, n_branches: int = 5, depth: int = 3,
+    messages: list[dict] | None = None, caret: int | None = None, constraint: dict | None = None,
+    stop: list[str] | None = None, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+    repetition_penalty: float = 1.0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
+    min_p: float = 0.0, request: gr.Request = None,
+) -> dict:
+    """Where two language models agree and where they part on a text, token by token, and what each would write next.
+
+    Args:
+        text: The text to compare the models on. In chat mode, the assistant's reply so far.
+        models: The two models to compare, [a, b]: each one the app offers (empty for the default).
+        k: How many next tokens to list for each model at the caret (1-200).
+        n_branches: How many branches for each model (1-20).
+        depth: Tokens in each branch (1-16).
+        messages: Chat mode: the earlier turns, a list of {"role": "system"|"user"|"assistant", "content": text}.
+        caret: The suggestions at this character offset into text (null: the end); the whole text is compared.
+        constraint: {"type": "choice"|"regex"|"json_schema"|"grammar", "value": ..., "start": offset in text or null}.
+        stop: Up to 8 stop strings; a branch ends where it completes one, its text cut before it.
+
+    Returns:
+        An object: "models"; "per" ("token", or "word" where the tokenizers differ); "tokens" (each "token",
+        "start"/"end", "logprob" and "rank" as [a, b], "js": the Jensen-Shannon divergence in bits between the two
+        models' next-token distributions before it); "words" (per word); "next" ("distributions" [a, b], "js");
+        "branches" [a, b].
+    """
+    with caller_session(request) as session:
+        return reply(cli.compare(
+            text, offered_models(models), k, n_branches, depth, session=session, messages=messages, caret=caret,
+            constraint=constraint, stop=stop, sampling=Sampling.from_keywords(None, locals()),
+        ), request)
+
+
+def offered_models(models: object) -> object:
+    """The models a visitor names for `compare`, if this app offers them ("" or None: the default), as
+    `offered_model_name` does for one; anything but a list is left for compare's own check."""
+    if not isinstance(models, (list, tuple)):
+        return models
+    offered = cli.available_models()
+    unknown = [name for name in models if name not in (None, "", *offered)]
+    if unknown:
+        raise ValueError(f"models must each be one of {offered} (or empty for the default), got {unknown[0]!r}")
+    return [name or cli.default_model_name() for name in models]
+
+
 def described(fn: Callable) -> Callable:
     """`fn` with an "Args:" line for each sampling setting it takes, from the setting's knob, in the signature's
     order: gradio takes each MCP tool parameter's description from its one line there (a wrapped line would be
@@ -225,7 +270,7 @@ def described(fn: Callable) -> Callable:
 
 # Each endpoint and the concurrency group it runs in: "generate" for continuations, "explain" for attributions.
 ENDPOINTS = [(api_lookahead, "interact"), (api_generate, "generate"), (api_next_token_distribution, "interact"),
-             (api_token_probabilities, "interact"), (api_attribution, "explain")]
+             (api_token_probabilities, "interact"), (api_attribution, "explain"), (api_compare, "interact")]
 
 
 def serve_endpoints() -> None:

@@ -18,6 +18,7 @@ from typing import Protocol
 
 from lookahead.requests import (
     AttributionRequest,
+    CompareRequest,
     DistributionRequest,
     GenerateRequest,
     LookaheadRequest,
@@ -67,6 +68,10 @@ class Backend(Protocol):
 
     def attribution(self, request: AttributionRequest) -> Iterator[dict]:
         """{"done", "of"} after each pass over the window, then the result."""
+        ...
+
+    def compare(self, request: CompareRequest) -> dict:
+        """Two models on one text (lookahead/comparison.py)."""
         ...
 
     def warm_up(self) -> Iterator[str]:

@@ -9,6 +9,7 @@ Each session's KV cache, precomputed answers, constraint matchers and token list
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
@@ -21,7 +22,8 @@ from lookahead import reading
 from lookahead.attribution import attribute_stepwise, passes
 from lookahead.backends.base import Capabilities
 from lookahead.branches import Lookahead, get_lookahead_sequences
-from lookahead.chat import as_dicts, encode
+from lookahead.chat import as_dicts, context_ids, encode
+from lookahead.comparison import compare_models, compared_tokens, word_units
 from lookahead.constraints import MatcherStore
 from lookahead.context import Prompt, follow_ids, read_prompt, read_scored_text
 from lookahead.decoding import greedy_passes, lookahead_passes
@@ -31,6 +33,7 @@ from lookahead.prefix_cache import PrefixCacheStore, Taken, common_prefix_length
 from lookahead.reading import Read, Reader
 from lookahead.requests import (
     AttributionRequest,
+    CompareRequest,
     DistributionRequest,
     GenerateRequest,
     LookaheadRequest,
@@ -132,6 +135,10 @@ class InProcess:
     def attribution(self, request: AttributionRequest) -> Iterator[dict]:
         yield from self._serve(request)
 
+    def compare(self, request: CompareRequest) -> dict:
+        with scheduler.interactive():
+            return last(self._serve(request))
+
     def warm_up(self) -> Iterator[str]:
         """Load the default model, and time what a first answer to a long text may read, while the machine is
         idle (a crowd arriving at once would make the timing, and every first answer after it, too short).
@@ -184,6 +191,8 @@ def answer(request: Request) -> Iterator[dict]:
             yield from _generation(request)
         case AttributionRequest():
             yield from _attribution(request)
+        case CompareRequest():
+            yield _comparison(request)
         case _:
             raise TypeError(f"not a request: {request!r}")
 
@@ -329,6 +338,50 @@ def _partial_lookahead(request: LookaheadRequest, read: Read) -> dict:
               f"{partial['context_tokens']} are read ({partial['read_tokens']} so far); asked again once the "
               "text is read, the answer is exact.")
     return {**result, "partial": partial, "notice": notice}
+
+
+def _comparison(request: CompareRequest) -> dict:
+    """Both models on the text: each one's listing of its tokens, the divergence before each token and at the
+    caret where they read the same token ids (else per word), and each one's suggestions at the caret."""
+    common = dict(session=request.session, messages=request.messages)
+    asked = dict(sampling=request.sampling, constraint=request.constraint, after=request.after, **common)
+    listings = tuple(_token_probabilities(ScoresRequest(text=request.whole, model_name=name, k=1, **common))["tokens"]
+                     for name in request.models)
+    nexts = [_next_tokens(DistributionRequest(text=request.text, model_name=name, k=request.k, **asked))
+             for name in request.models]
+    branches = [_lookahead(LookaheadRequest(text=request.text, model_name=name, n_branches=request.n_branches,
+                                            depth=request.depth, stop=request.stop, **asked))["branches"]
+                for name in request.models]
+    read = _read_together(request)
+    result = {"models": list(request.models), "per": "token" if read else "word",
+              "next": {"distributions": [n["distribution"] for n in nexts], "js": None}, "branches": branches}
+    if read is None:  # the models cut the text into other tokens: no position is both's
+        return {**result, "tokens": None, "words": word_units(request.whole, listings)}
+    models, tokenizer, limit = read
+    scored = read_scored_text(ScoresRequest(text=request.whole, **common), tokenizer, limit)
+    compared = compare_models(models, torch.tensor([scored.ids]), len(tokenizer))
+    js = [None if position < scored.dropped or math.isnan(compared.js[position - scored.dropped]) else
+          float(compared.js[position - scored.dropped])
+          for position, _ in text_token_places(scored.encoding, scored.text_start, len(request.whole))]
+    at_caret = compared if request.after is None else compare_models(
+        models, torch.tensor([read_scored_text(ScoresRequest(text=request.text, **common), tokenizer, limit).ids]),
+        len(tokenizer))
+    return {**result, "next": {**result["next"], "js": at_caret.next_js}, "tokens": compared_tokens(listings, js),
+            "words": None}
+
+
+def _read_together(
+    request: CompareRequest,
+) -> tuple[tuple[PreTrainedModel, PreTrainedModel], PreTrainedTokenizerBase, int] | None:
+    """Both models, the tokenizer they share and the context both hold, where they read the text as the same token
+    ids (one vocabulary, and in chat mode one template); None where they do not."""
+    (model_a, tokenizer_a), (model_b, tokenizer_b) = (load_model(name) for name in request.models)
+    if tokenizer_a.get_vocab() != tokenizer_b.get_vocab():
+        return None
+    messages = as_dicts(request.messages)
+    if context_ids(tokenizer_a, request.whole, messages) != context_ids(tokenizer_b, request.whole, messages):
+        return None
+    return (model_a, model_b), tokenizer_a, min(_context_limit(model_a), _context_limit(model_b))
 
 
 def _context_limit(model: PreTrainedModel) -> int:

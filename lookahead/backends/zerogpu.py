@@ -16,7 +16,7 @@ import spaces  # before the engine below: on ZeroGPU it patches CUDA initialisat
 
 from lookahead.backends.in_process import InProcess, answer
 from lookahead.models import available_models, load_model, on_zero_gpu
-from lookahead.requests import AttributionRequest, GenerateRequest, Request
+from lookahead.requests import AttributionRequest, CompareRequest, GenerateRequest, Request
 
 # GPU time asked of ZeroGPU per call (before its duration factor, 1.5 on current hardware).
 # The request is checked against the visitor's remaining quota (~2 minutes for an anonymous
@@ -37,6 +37,8 @@ def gpu_seconds(request: Request) -> int:
     if isinstance(request, AttributionRequest):  # a forward and a backward over the window, per step
         steps = request.steps if request.method == "integrated_gradients" else 1
         return math.ceil(INTERACTION_GPU_SECONDS + ATTRIBUTION_GPU_SECONDS_PER_TOKEN_PASS * request.window * steps)
+    if isinstance(request, CompareRequest):  # both models, in one call
+        return 2 * INTERACTION_GPU_SECONDS
     return INTERACTION_GPU_SECONDS
 
 

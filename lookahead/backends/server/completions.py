@@ -40,6 +40,7 @@ from lookahead.context import follow_ids, read_prompt, read_scored_text
 from lookahead.models import load_tokenizer
 from lookahead.requests import (
     AttributionRequest,
+    CompareRequest,
     DistributionRequest,
     GenerateRequest,
     LookaheadRequest,
@@ -279,6 +280,11 @@ class CompletionsBackend:
         raise ValueError(f"attribution needs the model's weights and gradients in this process; the "
                          f"{self.server.name} server returns log-probabilities only: ask it of the in-process "
                          "backend (use_backend())")
+
+    def compare(self, request: CompareRequest) -> dict:
+        raise ValueError(f"compare reads both models' whole next-token distributions at every token; the "
+                         f"{self.server.name} server returns the top log-probabilities only: ask it of the "
+                         "in-process backend (use_backend())")
 
     def warm_up(self) -> Iterator[str]:
         """Nothing to prepare here: the server holds the model."""
