@@ -493,7 +493,6 @@ def compare(
     common, after = _at_caret(text, caret, session, names[0], messages, constraint)
     for name in names[1:]:
         _check_messages(messages, name)
-    whole = _check_string("text", text)
     checked = [_check_constraint(constraint, common["text"], name) for name in names][0]
     return _backend.compare(CompareRequest(
         **{**common, "model_name": None},
@@ -505,7 +504,6 @@ def compare(
         constraint=checked,
         stop=_check_stop(stop),
         after=after,
-        whole=whole,
     ))
 
 

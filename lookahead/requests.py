@@ -97,7 +97,7 @@ class CompareRequest(Request):
     """Two models on one text: every token under both, where their next-token distributions part, and at the
     caret both distributions and both models' branches. `model_name` is unused: `models` names both."""
 
-    models: tuple[str, str]
+    models: tuple[str, ...] = ()  # two names, a then b (checked by compare)
     k: int = 10
     n_branches: int = 5
     depth: int = 3
@@ -105,7 +105,11 @@ class CompareRequest(Request):
     constraint: Constraint | None = None
     stop: tuple[str, ...] = ()
     after: str | None = None  # the text after the caret (`text` ends at it); None: the caret is at the end
-    whole: str | None = None  # the whole text, caret or not: the one whose tokens are compared
+
+    @property
+    def whole(self) -> str:
+        """The whole text, caret or not: the one whose tokens are compared."""
+        return self.text + (self.after or "")
 
 
 REQUEST_TYPES = (LookaheadRequest, DistributionRequest, ScoresRequest, GenerateRequest, AttributionRequest,

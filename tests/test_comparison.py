@@ -155,6 +155,6 @@ def test_a_server_backend_refuses_to_compare_before_it_asks_the_server():
     from lookahead.backends.server.vllm import VLLMBackend
     from lookahead.requests import CompareRequest
 
-    request = CompareRequest(text="x", whole="x", models=("a", "b"))
+    request = CompareRequest(text="x", models=("a", "b"))
     with pytest.raises(ValueError, match="compare.*in-process"):
         VLLMBackend("http://127.0.0.1:9/v1").compare(request)
