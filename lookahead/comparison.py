@@ -15,18 +15,24 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from lookahead.prefix_cache import common_prefix_length
 from lookahead.scoring import SCORE_CHUNK
 
 
 @dataclass
 class Comparison:
-    """Row i describes token i of the text under both models; token 0, with nothing before it, has NaN rows."""
+    """Row i describes token i of the text under both models; token 0, with nothing before it, has NaN rows. The
+    caches and ids are kept with it (per session), so that the next comparison of an edited text reads only
+    what changed."""
 
+    ids: list[int]  # the token ids compared
     logprob: torch.Tensor  # (2, N) log p(token i | tokens before it), model a then b
     rank: torch.Tensor  # (2, N) 1 where the token was that model's first choice (0 for token 0)
+    top: torch.Tensor  # (2, N) each model's first choice before token i (0 for token 0)
     js: torch.Tensor  # (N,) divergence in bits between the two distributions before token i
     next_logprobs: torch.Tensor  # (2, vocab) after the last token: what each model expects next
     next_js: float  # their divergence there
+    caches: list[DynamicCache]  # each model's, holding every token but those past `ids` (none)
 
 
 def js_bits(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
@@ -46,37 +52,62 @@ def token_rows(logprobs: torch.Tensor, token_ids: torch.Tensor) -> tuple[torch.T
 
 
 @torch.inference_mode()
-def compare_models(models: tuple[PreTrainedModel, PreTrainedModel], ids: torch.Tensor, vocab: int) -> Comparison:
-    """Both models over the token ids `ids` (1, N), a chunk at a time; `vocab`: the tokenizer's size."""
-    n = ids.shape[1]
-    logprob = torch.full((2, n), math.nan)
-    rank = torch.zeros((2, n), dtype=torch.long)
+def compare_models(models: tuple[PreTrainedModel, PreTrainedModel], ids: torch.Tensor, vocab: int,
+                   kept: Comparison | None = None) -> Comparison:
+    """Both models over the token ids `ids` (1, N), a chunk at a time; `vocab`: the tokenizer's size. `kept`: an
+    earlier comparison (taken: its caches are extended), whose rows for the ids both share are reused."""
+    n, token_ids = ids.shape[1], ids[0].tolist()
+    logprob, rank, top = torch.full((2, n), math.nan), torch.zeros((2, n), dtype=torch.long), torch.zeros(
+        (2, n), dtype=torch.long)
     js = torch.full((n,), math.nan)
-    caches = [DynamicCache() for _ in models]
-    previous = None  # each model's log-probabilities after the last token of the chunk before
-    for start in range(0, n, SCORE_CHUNK):
-        chunk = ids[:, start: start + SCORE_CHUNK]
+    start, previous, caches = _resumed(kept, token_ids)
+    if kept is not None and start:
+        shared = start + (previous is None)  # the rows kept: up to the first token run, or the token after it
+        for mine, theirs in ((logprob, kept.logprob), (rank, kept.rank), (top, kept.top)):
+            mine[:, :shared] = theirs[:, :shared]
+        js[:shared] = kept.js[:shared]
+    for chunk_start in range(start, n, SCORE_CHUNK):
+        chunk = ids[:, chunk_start: chunk_start + SCORE_CHUNK]
         rows = torch.stack([torch.log_softmax(model(chunk.to(model.device), past_key_values=cache,
                                                     use_cache=True).logits[0].float(), -1)[:, :vocab].cpu()
                             for model, cache in zip(models, caches)])  # (2, chunk, vocab)
-        # Row j of the chunk predicts token start + j + 1; the row before the chunk predicts its first token.
+        # Row j of the chunk predicts token chunk_start + j + 1; the row before the chunk predicts its first token.
         predicting = rows[:, :-1] if previous is None else torch.cat([previous[:, None], rows[:, :-1]], 1)
-        first = start + (previous is None)
-        targets = ids[0, first: start + chunk.shape[1]].cpu()
+        first = chunk_start + (previous is None)
+        targets = ids[0, first: chunk_start + chunk.shape[1]].cpu()
         for m in range(2):
             logprob[m, first: first + len(targets)], rank[m, first: first + len(targets)] = token_rows(
                 predicting[m], targets)
+            top[m, first: first + len(targets)] = predicting[m].argmax(-1)
         js[first: first + len(targets)] = js_bits(predicting[0], predicting[1])
         previous = rows[:, -1]
-    return Comparison(logprob, rank, js, previous, float(js_bits(previous[0], previous[1])))
+    return Comparison(token_ids, logprob, rank, top, js, previous, float(js_bits(previous[0], previous[1])), caches)
 
 
-def compared_tokens(listings: tuple[list[dict], list[dict]], js: list[float | None]) -> list[dict]:
+def _resumed(kept: Comparison | None, ids: list[int]) -> tuple[int, torch.Tensor | None, list[DynamicCache]]:
+    """Where a comparison of `ids` starts reading, given `kept`: the first token to run, the rows that predict it
+    (None: it is token 0, or the token before it runs again), and the caches to extend. After an append the
+    kept caches go on from their end; after an edit (or an undo) they are cropped to the tokens both share but
+    one, whose run gives the rows that predict the first changed token."""
+    if kept is None:
+        return 0, None, [DynamicCache(), DynamicCache()]
+    shared = common_prefix_length(kept.ids, ids)
+    if shared == len(kept.ids):
+        return shared, kept.next_logprobs, kept.caches
+    if shared <= 1:
+        return 0, None, [DynamicCache(), DynamicCache()]
+    for cache in kept.caches:
+        cache.crop(shared - 1 - len(kept.ids))  # a negative count: the tokens to drop
+    return shared - 1, None, kept.caches
+
+
+def compared_tokens(listings: tuple[list[dict], list[dict]], js: list[float | None],
+                    tops: list[list[str] | None]) -> list[dict]:
     """One entry per token of the text, from both models' token_probabilities listings (one tokenizer: the same
-    tokens) and the divergence before each."""
+    tokens), the divergence before each and what each model would have written there instead (its first choice)."""
     return [{"token_id": a["token_id"], "token": a["token"], "start": a["start"], "end": a["end"],
-             "logprob": [a["logprob"], b["logprob"]], "rank": [a["rank"], b["rank"]], "js": divergence}
-            for a, b, divergence in zip(*listings, js)]
+             "logprob": [a["logprob"], b["logprob"]], "rank": [a["rank"], b["rank"]], "js": divergence, "top": top}
+            for a, b, divergence, top in zip(*listings, js, tops)]
 
 
 def word_units(text: str, listings: tuple[list[dict], list[dict]]) -> list[dict]:

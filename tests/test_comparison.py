@@ -52,6 +52,38 @@ def test_both_models_rows_and_divergence_equal_full_forwards(embedded, tiny_mode
     assert np.allclose(result.next_logprobs.numpy(), np.stack([rows[0][-1], rows[1][-1]]), atol=1e-4)
 
 
+@pytest.mark.parametrize("edit", ["append", "edit", "undo", "same"])
+def test_a_kept_comparison_reads_only_what_changed_and_equals_a_fresh_one(embedded, tiny_model_dirs, edit,
+                                                                        monkeypatch):
+    monkeypatch.setattr(comparison, "SCORE_CHUNK", 5)
+    models = (embedded[0], cli.load_model(tiny_model_dirs["llama"])[0])
+    tokenizer = embedded[1]
+    first = tokenizer(TEXTS[0])["input_ids"]
+    second = {"append": first + tokenizer(" then rested")["input_ids"], "edit": first[:4] + first[6:],
+              "undo": first[:5], "same": first}[edit]
+    kept = comparison.compare_models(models, torch.tensor([first]), len(tokenizer))
+    calls = []
+    for model in models:
+        monkeypatch.setattr(model, "forward", _counting(model.forward, calls))
+    again = comparison.compare_models(models, torch.tensor([second]), len(tokenizer), kept)
+    run = sum(calls) // 2  # each model runs the same tokens
+    assert run == {"append": len(second) - len(first), "edit": len(second) - 3, "undo": 1, "same": 0}[edit]
+    monkeypatch.undo()
+    fresh = comparison.compare_models(models, torch.tensor([second]), len(tokenizer))
+    for name in ("logprob", "js", "next_logprobs"):
+        assert np.allclose(getattr(again, name).numpy(), getattr(fresh, name).numpy(), atol=1e-4, equal_nan=True)
+    assert torch.equal(again.rank, fresh.rank) and torch.equal(again.top, fresh.top)
+    rows = [reference(model, torch.tensor([second]), len(tokenizer)) for model in models]
+    assert all(again.top[m, i] == rows[m][i - 1].argmax() for m in range(2) for i in range(1, len(second)))
+
+
+def _counting(forward, calls: list):
+    def counted(input_ids=None, **kwargs):
+        calls.append(input_ids.shape[1])
+        return forward(input_ids=input_ids, **kwargs)
+    return counted
+
+
 def test_the_divergence_is_zero_for_one_model_and_one_bit_for_disjoint_distributions(embedded):
     model, tokenizer = embedded
     ids = torch.tensor([tokenizer(TEXTS[0])["input_ids"]])
@@ -102,6 +134,8 @@ def test_compare_answers_as_each_model_alone_and_as_full_forwards(embedded, tiny
         for m in range(2):
             assert token["logprob"][m] == pytest.approx(rows[m][i - 1][token["token_id"]], abs=1e-4)
         assert token["js"] == pytest.approx(js_reference(rows[0][i - 1], rows[1][i - 1]), abs=1e-4)
+        assert token["top"] == [tokenizer.decode([int(rows[m][i - 1].argmax())]) for m in range(2)]
+    assert tokens[0]["top"] is None
     assert result["next"]["js"] == pytest.approx(js_reference(rows[0][-1], rows[1][-1]), abs=1e-4)
     for m, name in enumerate(names):
         assert [e["token_id"] for e in result["next"]["distributions"][m]] == [
@@ -112,9 +146,10 @@ def test_compare_answers_as_each_model_alone_and_as_full_forwards(embedded, tiny
         assert [b["token_ids"] for b in result["branches"][m]] == [b["token_ids"] for b in alone]
 
 
-def test_compare_at_a_caret_suggests_there_and_still_compares_the_whole_text(embedded, tiny_model_dirs):
+@pytest.mark.parametrize("caret", [TEXT.index(" climbed"), TEXT.index(" climbed") - 2], ids=["between", "in a word"])
+def test_compare_at_a_caret_suggests_there_and_still_compares_the_whole_text(embedded, tiny_model_dirs, caret):
     names = [cli.default_model_name(), tiny_model_dirs["llama"]]
-    caret = TEXT.index(" climbed")
+    cli.compare(TEXT, names, n_branches=2, depth=2, session="compare caret")  # the whole text read, and kept
     result = cli.compare(TEXT, names, n_branches=2, depth=2, caret=caret, session="compare caret")
     assert result["tokens"][-1]["end"] == len(TEXT)
     tokenizer = embedded[1]

@@ -9,6 +9,7 @@ Each session's KV cache, precomputed answers, constraint matchers and token list
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -23,7 +24,7 @@ from lookahead.attribution import attribute_stepwise, passes
 from lookahead.backends.base import Capabilities
 from lookahead.branches import Lookahead, get_lookahead_sequences
 from lookahead.chat import as_dicts, context_ids, encode
-from lookahead.comparison import compare_models, compared_tokens, word_units
+from lookahead.comparison import Comparison, compare_models, compared_tokens, word_units
 from lookahead.constraints import MatcherStore
 from lookahead.context import Prompt, follow_ids, read_prompt, read_scored_text
 from lookahead.decoding import greedy_passes, lookahead_passes
@@ -67,6 +68,10 @@ prefix_caches = PrefixCacheStore()
 speculator = Speculator(prefix_caches)
 reader = Reader(prefix_caches)
 matchers = MatcherStore()
+# Two models' caches for the same text, per session comparing: a comparison holds both, so fewer are kept than
+# single caches (the least recently used goes; a new comparison then reads its text afresh).
+COMPARISONS_KEPT = 4
+comparisons: SessionStore[tuple[tuple[str, str], str], Comparison] = SessionStore(COMPARISONS_KEPT)
 
 
 class InProcess:
@@ -154,8 +159,8 @@ class InProcess:
             reader.window(name, model)
 
     def forget(self, session: str) -> None:
-        """Stop the session's long jobs and drop everything kept for it: its KV caches, token listings and
-        constraint matchers.
+        """Stop the session's long jobs and drop everything kept for it: its KV caches, token listings,
+        constraint matchers and comparisons.
 
         On ZeroGPU these live in the GPU workers, out of reach here; there they age out as any cache does.
         """
@@ -164,6 +169,7 @@ class InProcess:
         prefix_caches.forget(session)
         listings.forget(session)
         matchers.forget(session)
+        comparisons.forget(session)
 
     def _serve(self, request: Request, compute: Callable[[], Iterator[dict]] | None = None) -> Iterator[dict]:
         """`request`'s answers: a precomputed one if ready, else `compute`'s (by default the GPU entry point's)."""
@@ -353,21 +359,40 @@ def _comparison(request: CompareRequest) -> dict:
                                             depth=request.depth, stop=request.stop, **asked))["branches"]
                 for name in request.models]
     read = _read_together(request)
-    result = {"models": list(request.models), "per": "token" if read else "word",
+    result = {"models": list(request.models), "per": "token" if read else "word", "js_over": None,
               "next": {"distributions": [n["distribution"] for n in nexts], "js": None}, "branches": branches}
     if read is None:  # the models cut the text into other tokens: no position is both's
         return {**result, "tokens": None, "words": word_units(request.whole, listings)}
     models, tokenizer, limit = read
     scored = read_scored_text(ScoresRequest(text=request.whole, **common), tokenizer, limit)
-    compared = compare_models(models, torch.tensor([scored.ids]), len(tokenizer))
-    js = [None if position < scored.dropped or math.isnan(compared.js[position - scored.dropped]) else
-          float(compared.js[position - scored.dropped])
-          for position, _ in text_token_places(scored.encoding, scored.text_start, len(request.whole))]
-    at_caret = compared if request.after is None else compare_models(
-        models, torch.tensor([read_scored_text(ScoresRequest(text=request.text, **common), tokenizer, limit).ids]),
-        len(tokenizer))
-    return {**result, "next": {**result["next"], "js": at_caret.next_js}, "tokens": compared_tokens(listings, js),
-            "words": None}
+    key = (request.models, request.session)
+    compared = compare_models(models, torch.tensor([scored.ids]), len(tokenizer), comparisons.pop(key))
+    comparisons.put(key, compared)
+    places = [position - scored.dropped
+              for position, _ in text_token_places(scored.encoding, scored.text_start, len(request.whole))]
+    js = [None if place < 0 or math.isnan(compared.js[place]) else float(compared.js[place]) for place in places]
+    tops = [None if place < 0 or math.isnan(compared.js[place]) else
+            [_spelled(tokenizer, int(compared.top[m, place])) for m in range(2)] for place in places]
+    return {**result, "next": {**result["next"], "js": _js_at_caret(request, compared, models, tokenizer, limit)},
+            "tokens": compared_tokens(listings, js, tops), "words": None}
+
+
+def _js_at_caret(request: CompareRequest, compared: Comparison, models: tuple[PreTrainedModel, PreTrainedModel],
+                 tokenizer: PreTrainedTokenizerBase, limit: int) -> float:
+    """The divergence before the caret's next token: the whole text's, where the text before the caret is a run of
+    its tokens (the caret between two of them), else from a reading of that text alone."""
+    if request.after is None:
+        return compared.next_js
+    before = read_scored_text(ScoresRequest(text=request.text, session=request.session, messages=request.messages),
+                              tokenizer, limit).ids
+    if compared.ids[: len(before)] == before:
+        return float(compared.js[len(before)])
+    return compare_models(models, torch.tensor([before]), len(tokenizer)).next_js
+
+
+@functools.cache
+def _spelled(tokenizer: PreTrainedTokenizerBase, token_id: int) -> str:
+    return tokenizer.decode([token_id])
 
 
 def _read_together(
