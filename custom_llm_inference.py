@@ -480,13 +480,15 @@ def compare(
     `models`: the two models' names, a then b. Returns {"models", "per" ("token", or "word" where the two
     tokenizers cut the text differently), "tokens": one entry per token of `text` as token_probabilities lists
     them, with "logprob" and "rank" as [a, b] and "js": the Jensen–Shannon divergence in bits between the two
-    models' whole next-token distributions before the token (None for the first; "tokens" is None per word),
-    "words" (per word only: {"start", "end", "text", "logprob": [a, b]}, a word ending where whitespace follows and
-    both models' tokens end, its log-probability the sum of its tokens', which no tokenizer changes), "next":
-    {"distributions": [a's, b's] (the k next tokens at the caret, as from next_token_distribution), "js" (their
-    divergence, over the models' plain distributions; None per word)}, "branches": [a's, b's] (as from
-    `lookahead`, at the caret)}. `caret`, `constraint`, `stop`, `messages` and the sampling settings (as flat
-    keywords or one `sampling`) are as for `lookahead`; the tokens compared are always the whole text's.
+    models' whole next-token distributions before the token (None for the first; "tokens" is None per word), and
+    "top": what each model would have written there instead (its first choice), "words" (per word only: {"start",
+    "end", "text", "logprob": [a, b]}, a word ending where whitespace follows and both models' tokens end, its
+    log-probability the sum of its tokens', which no tokenizer changes), "next": {"distributions": [a's, b's] (the
+    k next tokens at the caret, as from next_token_distribution), "js" (their divergence, over the models' plain
+    distributions; None per word)}, "branches": [a's, b's] (as from `lookahead`, at the caret; none with
+    `n_branches=0`, for a comparison of the text alone)}. `caret`, `constraint`, `stop`, `messages` and the
+    sampling settings (as flat keywords or one `sampling`) are as for `lookahead`; the tokens compared are always
+    the whole text's.
     Runs in-process only (a server returns its top log-probabilities, not whole distributions).
     """
     names = _check_models(models)
@@ -498,7 +500,7 @@ def compare(
         **{**common, "model_name": None},
         models=names,
         k=_check_int("k", k, 1, MAX_TOP_K),
-        n_branches=_check_int("n_branches", n_branches, 1, MAX_BRANCHES),
+        n_branches=_check_int("n_branches", n_branches, 0, MAX_BRANCHES),
         depth=_check_int("depth", depth, 1, MAX_DEPTH),
         sampling=Sampling.from_keywords(sampling, locals()),
         constraint=checked,

@@ -357,7 +357,7 @@ def _comparison(request: CompareRequest) -> dict:
              for name in request.models]
     branches = [_lookahead(LookaheadRequest(text=request.text, model_name=name, n_branches=request.n_branches,
                                             depth=request.depth, stop=request.stop, **asked))["branches"]
-                for name in request.models]
+                if request.n_branches else [] for name in request.models]
     read = _read_together(request)
     result = {"models": list(request.models), "per": "token" if read else "word", "js_over": None,
               "next": {"distributions": [n["distribution"] for n in nexts], "js": None}, "branches": branches}
