@@ -2,9 +2,10 @@
 
 After a lookahead for text T, a background thread computes the lookahead for T + branch i,
 branch by branch in the order shown, with exactly the request the page will send on that click
+(with two models' suggestions shown for T, each one's request for each model's branches)
 (at a caret: T the text before it, the branch inserted there, the text after it kept and still
 masked out in the cache, which such an answer leaves as it was).
-It works on a private copy of the session's KV cache (`ScratchStore`), so real requests never
+It works on a private copy of the session's KV cache (one per model), `ScratchStore`, so real requests never
 wait for it or find their cache taken, and it goes through the same code path as a real request
 (appending the branch's KV from the branch tree, then running the rest), so a precomputed answer
 is the one a fresh call would give, bit for bit. A click whose answer is ready installs the few
@@ -12,7 +13,7 @@ new tokens' KV into the session's cache and returns it at once.
 
 It never holds up real work: it starts only while no other request is running, and stops within
 one module's forward call once any request arrives (`Speculator.arrived`). It keeps no more than one
-session's worth of cache copy, and a session's ready answers are dropped as soon as it moves on.
+session's worth of cache copies, and a session's ready answers are dropped as soon as it moves on.
 """
 
 from __future__ import annotations
@@ -81,11 +82,17 @@ class ScratchStore:
             cache.crop(n - cache.get_seq_length())
 
 
+Keyed = tuple[Hashable, Request]  # a request and the key of the cache it reads: (model, session)
+
+
 class _Job(NamedTuple):
-    key: Hashable
-    requests: list[Request]
+    requests: Sequence[Keyed]  # one session's
     compute: Callable[[Request, ScratchStore], dict]
     ticket: int  # the count of real requests when it was made: once that moves, it stops
+
+    @property
+    def keys(self) -> set[Hashable]:
+        return {key for key, _ in self.requests}
 
 
 class Speculator:
@@ -123,10 +130,9 @@ class Speculator:
             self.served += 1
         return result
 
-    def start(
-        self, key: Hashable, requests: list[Request], compute: Callable[[Request, ScratchStore], dict]
-    ) -> None:
-        """Precompute the answers to `requests` (in order) in the background, unless another request is running.
+    def start(self, requests: Sequence[Keyed], compute: Callable[[Request, ScratchStore], dict]) -> None:
+        """Precompute the answers to `requests` (in order, each over a copy of its key's cache) in the background,
+        unless another request is running.
 
         The one worker thread takes the newest job when it is free: a job is published, and the worker
         started, under the lock, so `wait` sees either no work or work under way, never a thread not yet
@@ -136,7 +142,7 @@ class Speculator:
         with self._lock:
             if self._running:
                 return  # other visitors are waiting: their requests come first
-            self._pending = _Job(key, requests, compute, self._arrivals)
+            self._pending = _Job(requests, compute, self._arrivals)
             if self._worker is None:
                 self._worker = threading.Thread(target=self._work, name="precompute", daemon=True)
                 self._worker.start()
@@ -147,7 +153,8 @@ class Speculator:
         first)."""
         with self._lock:
             return self._idle.wait_for(
-                lambda: all(job is None or key not in (None, job.key) for job in (self._pending, self._current)),
+                lambda: all(job is None or key is not None and key not in job.keys
+                            for job in (self._pending, self._current)),
                 timeout)
 
     def _work(self) -> None:
@@ -164,9 +171,7 @@ class Speculator:
                     self._current = None
                     self._idle.notify_all()
 
-    def _run(
-        self, key: Hashable, requests: list[Request], compute: Callable[[Request, ScratchStore], dict], ticket: int
-    ) -> None:
+    def _run(self, requests: Sequence[Keyed], compute: Callable[[Request, ScratchStore], dict], ticket: int) -> None:
         def checkpoint() -> None:
             if self._arrivals != ticket:
                 raise Preempted  # a real request came: it goes first, and the writer may have moved on
@@ -174,11 +179,14 @@ class Speculator:
         time.sleep(REPLY_GRACE_SECONDS)
         if self._arrivals != ticket:
             return
-        entry = self.store.copy(key)  # here, not in start(): the copy is work the request need not wait for
-        if entry is None:
-            return
-        ready: dict[Request, tuple] = {}
-        for request in requests:
+        entries: dict[Hashable, Entry | None] = {}  # copied here, not in start(): work the request need not wait for
+        ready: dict[Hashable, dict[Request, tuple]] = {}
+        for key, request in requests:
+            if key not in entries:
+                entries[key] = self.store.copy(key)
+            entry = entries[key]
+            if entry is None:
+                continue
             scratch = ScratchStore(entry)
             try:
                 with before_every_module_call(checkpoint):
@@ -190,11 +198,11 @@ class Speculator:
             except Exception:  # noqa: BLE001 - a failed guess must never reach the writer; say so in the log
                 log.exception("precomputing a branch failed; the click will compute it instead")
                 return
-            ready[request] = (entry.ids, scratch.recorded, result)
+            ready.setdefault(key, {})[request] = (entry.ids, scratch.recorded, result)
             with self._lock:
                 if self._arrivals != ticket:
                     return
-                self._ready = {key: dict(ready)}  # one session's answers at a time
+                self._ready = {key: dict(answers) for key, answers in ready.items()}  # one session's at a time
 
     def clear(self) -> None:
         self.wait()

@@ -41,6 +41,19 @@ def test_taking_a_shown_branch_is_answered_from_the_precomputed_result_exactly(m
         assert after == cli.lookahead(further, k, depth, session=f"fresh {i}", model_name=model_name)
 
 
+def test_with_two_models_shown_a_click_on_either_ones_branch_is_precomputed_for_both(embedded, tiny_model_dirs):
+    models = [cli.default_model_name(), tiny_model_dirs["llama"]]
+    shown = [cli.lookahead(TEXT, 2, 2, session="two", model_name=name, precompute=True) for name in models]
+    speculator.wait()
+    for name in models:  # the caches as they were before the click, for the fresh answers
+        cli.lookahead(TEXT, 2, 2, session="two fresh", model_name=name)
+    taken = TEXT + shown[1]["branches"][0]["text"]  # the second model's branch
+    served = speculator.served
+    ahead = [cli.lookahead(taken, 2, 2, session="two", model_name=name) for name in models]
+    assert speculator.served == served + 2, "both panels' answers were ready"
+    assert ahead == [cli.lookahead(taken, 2, 2, session="two fresh", model_name=name) for name in models]
+
+
 def test_other_settings_or_an_edit_are_computed_afresh(embedded):
     cli.lookahead(TEXT, 3, 3, session="s", precompute=True)
     speculator.wait()
@@ -65,7 +78,7 @@ def test_a_real_request_stops_the_job_before_its_next_guess():
         torch.nn.Identity()(torch.zeros(1))  # any module's forward: raises once a real request came
         return {"n": request.n}
 
-    speculator.start("writer", [Guess(1), Guess(2), Guess(3)], compute)
+    speculator.start([("writer", Guess(n)) for n in (1, 2, 3)], compute)
     started.wait(5)
     speculator.arrived("other visitor", Guess(9))  # somebody's real request
     release.set()
@@ -81,7 +94,7 @@ def test_no_job_starts_while_a_real_request_is_running():
     fake_entry(store, "writer", 4)
     speculator, computed = Speculator(store), []
     speculator.arrived("other visitor", Guess(-1))
-    speculator.start("writer", [Guess(1)], lambda request, scratch: computed.append(1) or {})
+    speculator.start([("writer", Guess(1))], lambda request, scratch: computed.append(1) or {})
     speculator.wait(5)
     assert computed == []
     speculator.finished()
@@ -130,7 +143,7 @@ def test_every_field_of_a_request_takes_part_in_the_key_of_its_precomputed_answe
 
     def ready_for(asked) -> bool:
         fake_entry(store, "writer", 4)
-        speculator.start("writer", [base], lambda request, scratch: {"answer": request.text})
+        speculator.start([("writer", base)], lambda request, scratch: {"answer": request.text})
         assert speculator.wait(5)
         found = speculator.arrived("writer", asked)
         speculator.finished()

@@ -49,7 +49,7 @@ def test_the_speculator_starts_waits_and_clears_from_many_threads():
         while going():
             key = f"writer {rng.randrange(3)}"
             fake_entry(store, key, rng.randrange(2, 6))
-            speculator.start(key, [Guess(i) for i in range(rng.randrange(1, 4))], compute)
+            speculator.start([(key, Guess(i)) for i in range(rng.randrange(1, 4))], compute)
             time.sleep(rng.random() * 0.01)
 
     def waiter(rng):
@@ -76,7 +76,7 @@ def test_a_wait_right_after_start_waits_for_that_job():
     speculator, done = Speculator(store), []
     for n in range(20):
         fake_entry(store, "writer", 4)
-        speculator.start("writer", [Guess(n)], lambda request, scratch: done.append(request.n) or {})
+        speculator.start([("writer", Guess(n))], lambda request, scratch: done.append(request.n) or {})
         assert speculator.wait(JOIN_SECONDS)
         assert done[-1:] == [n]
 

@@ -68,6 +68,9 @@ prefix_caches = PrefixCacheStore()
 speculator = Speculator(prefix_caches)
 reader = Reader(prefix_caches)
 matchers = MatcherStore()
+# The suggestions each model last gave each session, to precompute a click on either of two models' branches shown
+# side by side for the same text (`clicks_ahead`).
+last_shown: SessionStore[tuple[str, str], tuple[LookaheadRequest, dict]] = SessionStore(64)
 # Two models' caches for the same text, per session comparing: a comparison holds both, so fewer are kept than
 # single caches (the least recently used goes; a new comparison then reads its text afresh).
 COMPARISONS_KEPT = 4
@@ -115,8 +118,8 @@ class InProcess:
             else:  # a long text: answered at once from its last tokens, while it is read (lookahead/reading.py)
                 result = last(self._serve(request, lambda: iter([_partial_lookahead(request, read)])))
         if precompute and read is None and not on_zero_gpu():
-            taken = [replace(request, text=request.text + branch["text"]) for branch in result["branches"]]
-            speculator.start(request.key, taken, lambda taken, scratch: _lookahead(taken, store=scratch))
+            last_shown.put(request.key, (request, result))
+            speculator.start(clicks_ahead(request, result), lambda taken, scratch: _lookahead(taken, store=scratch))
         return result
 
     def distribution(self, request: DistributionRequest) -> list[dict]:
@@ -170,6 +173,7 @@ class InProcess:
         listings.forget(session)
         matchers.forget(session)
         comparisons.forget(session)
+        last_shown.forget(session)
 
     def _serve(self, request: Request, compute: Callable[[], Iterator[dict]] | None = None) -> Iterator[dict]:
         """`request`'s answers: a precomputed one if ready, else `compute`'s (by default the GPU entry point's)."""
@@ -182,6 +186,20 @@ class InProcess:
                 yield from (compute or (lambda: self.on_gpu(request)))()
         finally:
             speculator.finished()
+
+
+def clicks_ahead(request: LookaheadRequest, result: dict) -> list[tuple[tuple[str, str], LookaheadRequest]]:
+    """The requests a click on a shown branch sends, keyed by the cache each reads: each branch taken, asked of this
+    model and of every other model whose suggestions the session was last shown for the same text (a second
+    model's panel refreshes after each click too), the likeliest branches of each first."""
+    beside = [last_shown.get(key) for key in last_shown if key[1] == request.session and key != request.key]
+    asked = [(request, result), *((other, answer) for other, answer in filter(None, beside)
+                                  if (other.text, other.after, other.messages) == (request.text, request.after,
+                                                                                   request.messages))]
+    ranks = max(len(answer["branches"]) for _, answer in asked)
+    return [(model.key, replace(model, text=request.text + answer["branches"][rank]["text"]))
+            for rank in range(ranks) for _, answer in asked if rank < len(answer["branches"])
+            for model, _ in asked]
 
 
 def answer(request: Request) -> Iterator[dict]:
