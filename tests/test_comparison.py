@@ -161,6 +161,14 @@ def test_compare_at_a_caret_suggests_there_and_still_compares_the_whole_text(emb
         assert [b["text"] for b in result["branches"][m]] == [b["text"] for b in alone]
 
 
+def test_no_branches_compares_the_text_alone(embedded, tiny_model_dirs):
+    names = [cli.default_model_name(), tiny_model_dirs["llama"]]
+    alone = cli.compare(TEXT, names, n_branches=0, session="text alone")
+    full = cli.compare(TEXT, names, session="with branches")
+    assert alone["branches"] == [[], []] and full["branches"][0]
+    assert alone["tokens"] == full["tokens"] and alone["next"] == full["next"]
+
+
 def test_models_with_other_tokenizers_are_compared_per_word(embedded, other_tokenizer_model):
     names = [cli.default_model_name(), other_tokenizer_model]
     result = cli.compare(TEXT, names, n_branches=2, depth=2, session="compare words")
