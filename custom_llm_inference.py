@@ -489,7 +489,8 @@ def compare(
     `n_branches=0`, for a comparison of the text alone)}. `caret`, `constraint`, `stop`, `messages` and the
     sampling settings (as flat keywords or one `sampling`) are as for `lookahead`; the tokens compared are always
     the whole text's.
-    Runs in-process only (a server returns its top log-probabilities, not whole distributions).
+    "js_over" is None in-process (the whole vocabulary); on the vLLM backend, each model asked of its own server
+    (comma-separated URLs), it is N: each "js" is over both models' top N log-probabilities only, a lower bound.
     """
     names = _check_models(models)
     common, after = _at_caret(text, caret, session, names[0], messages, constraint)

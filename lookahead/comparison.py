@@ -10,12 +10,17 @@ output layer past them; what it gives those rows is left out of both).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from lookahead.chat import as_dicts, context_ids
+from lookahead.context import ScoredText
 from lookahead.prefix_cache import common_prefix_length
+from lookahead.requests import CompareRequest, DistributionRequest, LookaheadRequest, ScoresRequest
+from lookahead.results import text_token_places
 from lookahead.scoring import SCORE_CHUNK
 
 
@@ -127,3 +132,51 @@ def word_units(text: str, listings: tuple[list[dict], list[dict]]) -> list[dict]
 
 def _summed(logprobs: list[float | None]) -> float | None:
     return None if not logprobs or any(lp is None for lp in logprobs) else math.fsum(logprobs)
+
+
+def model_requests(request: CompareRequest, name: str) -> tuple[ScoresRequest, DistributionRequest, LookaheadRequest]:
+    """What a comparison asks of one model, on any backend: its listing of the whole text, and its next tokens and
+    branches at the caret."""
+    common = dict(model_name=name, session=request.session, messages=request.messages)
+    asked = dict(sampling=request.sampling, constraint=request.constraint, after=request.after, **common)
+    return (ScoresRequest(text=request.whole, k=1, **common),
+            DistributionRequest(text=request.text, k=request.k, **asked),
+            LookaheadRequest(text=request.text, n_branches=request.n_branches, depth=request.depth, stop=request.stop,
+                             **asked))
+
+
+def read_alike(tokenizers: tuple[PreTrainedTokenizerBase, PreTrainedTokenizerBase], request: CompareRequest) -> bool:
+    """Whether both tokenizers read the request's whole text as the same token ids (one vocabulary, and in chat mode
+    one template): then every position is both models', and their distributions there can be compared."""
+    a, b = tokenizers
+    messages = as_dicts(request.messages)
+    return a.get_vocab() == b.get_vocab() and context_ids(a, request.whole, messages) == context_ids(
+        b, request.whole, messages)
+
+
+def at_tokens(scored: ScoredText, text_length: int, js: torch.Tensor, top: torch.Tensor,
+              spell: Callable[[int], str]) -> tuple[list[float | None], list[list[str] | None]]:
+    """The divergence before each of the text's tokens (as token_probabilities lists them) and each model's first
+    choice there, spelled, from `js` (N,) and `top` (2, N) over the window `scored` holds; None before the window and
+    where `js` is NaN."""
+    places = [position - scored.dropped
+              for position, _ in text_token_places(scored.encoding, scored.text_start, text_length)]
+    known = [place >= 0 and not math.isnan(js[place]) for place in places]
+    return ([float(js[place]) if ok else None for place, ok in zip(places, known)],
+            [[spell(int(top[m, place])) for m in range(2)] if ok else None for place, ok in zip(places, known)])
+
+
+def comparison_result(request: CompareRequest, listings: tuple[list[dict], list[dict]], distributions: list[list[dict]],
+                      branches: list[list[dict]], js_over: int | None,
+                      compared: tuple[list[float | None], list[list[str] | None], float] | None) -> dict:
+    """compare's answer. `js_over`: how many top log-probabilities per model and position the divergences come from
+    (None: the whole vocabulary); `compared`: the divergence before each token and each model's first choice there
+    (`at_tokens`), and the divergence at the caret, where both models read the same token ids (None: they do not, and
+    the text is compared per word)."""
+    if compared is None:
+        per, tokens, words, next_js = "word", None, word_units(request.whole, listings), None
+    else:
+        js, tops, next_js = compared
+        per, tokens, words = "token", compared_tokens(listings, js, tops), None
+    return {"models": list(request.models), "per": per, "js_over": js_over, "tokens": tokens, "words": words,
+            "next": {"distributions": distributions, "js": next_js}, "branches": branches}

@@ -6,13 +6,16 @@ Wherever p_final is said to be exact it must match the reference, and keep match
 N are rearranged (their mass moved, the top N unchanged): it may not depend on what did not come back.
 """
 
+import math
 import random
 
 import pytest
 import torch
 
-from lookahead.backends.server.top_n import next_token_logprobs
+from lookahead.backends.server.top_n import Returned, next_token_logprobs, score_rows, top_n_js_bits
+from lookahead.comparison import js_bits
 from lookahead.sampling import PresenceFrequencyPenalty, Sampling
+from lookahead.scoring import MAX_ALTERNATIVES
 
 VOCAB = 2000
 N = 20  # the server's default top N
@@ -175,3 +178,36 @@ def test_a_high_temperature_raises_a_rest_too_small_for_float32(sampling):
     final, exact = ours(logits, [1], sampling)
     assert not exact
     assert error(final, logits, [1], sampling) > 0.1
+
+
+def test_the_divergence_from_two_top_n_is_over_their_common_tokens_and_the_rest():
+    """a's top 3: tokens 1, 2, 3 at 0.5, 0.3, 0.1; b's: 2, 3, 4 at 0.4, 0.2, 0.3. The cells both know: tokens 2 and
+    3, and every other token (a: 0.6, b: 0.4); their mean 0.35, 0.15 and 0.5."""
+    a = {1: math.log(0.5), 2: math.log(0.3), 3: math.log(0.1)}
+    b = {2: math.log(0.4), 3: math.log(0.2), 4: math.log(0.3)}
+    kl_a = 0.3 * math.log2(0.3 / 0.35) + 0.1 * math.log2(0.1 / 0.15) + 0.6 * math.log2(0.6 / 0.5)
+    kl_b = 0.4 * math.log2(0.4 / 0.35) + 0.2 * math.log2(0.2 / 0.15) + 0.4 * math.log2(0.4 / 0.5)
+    js = top_n_js_bits([(a, b), (b, a), (a, a), ({1: 0.0}, {2: 0.0})])
+    assert js.tolist() == pytest.approx([(kl_a + kl_b) / 2, (kl_a + kl_b) / 2, 0.0, 0.0], abs=1e-6)
+
+
+def test_the_divergence_from_two_top_n_is_at_most_the_whole_vocabularys():
+    """b's logits are a's plus noise, more at each of 200 positions: from equal to far apart."""
+    generator = torch.Generator().manual_seed(3)
+    a = torch.randn(200, VOCAB, generator=generator) * 3
+    logits = torch.stack([a, a + torch.randn(200, VOCAB, generator=generator) * torch.linspace(0, 3, 200)[:, None]])
+    logprobs = torch.log_softmax(logits.double(), -1)
+    tops = [[server_top(row) for row in model] for model in logits]
+    ours = top_n_js_bits(list(zip(*tops)))
+    whole = js_bits(logprobs[0], logprobs[1])
+    assert (ours <= whole + 1e-6).all() and (ours > 0.01).sum() > 100
+
+
+@pytest.mark.parametrize("width", [5, 20, 50])
+def test_score_rows_hold_the_top_twenty_whatever_the_servers_cap(width):
+    """A server allowing fewer or more log-probabilities than 20 (--max-logprobs) still gives rows of 20 alternatives,
+    as every `Scores` row has (the first token's, and those before a long text's window, are joined to them)."""
+    position = {token: Returned(-0.1 * token, token) for token in range(1, width + 1)}
+    rows = score_rows([7, 1, 2], [None, position, position], width)
+    assert rows.top_ids.shape == (3, MAX_ALTERNATIVES)
+    assert rows.top_ids[1].tolist() == [*range(1, min(width, MAX_ALTERNATIVES) + 1), *[-1] * (MAX_ALTERNATIVES - width)]

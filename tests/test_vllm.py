@@ -5,16 +5,24 @@ the same keys, the same tokens, probabilities within 1e-4; where the server's to
 can't give p_final exactly, the result says so. And the faults a writer meets (the server down,
 restarting, stalled, serving another model, allowing too few log-probabilities) come back as clear
 errors, in the API and on the page, after which the app recovers.
+
+vLLM serves one model per process: comparing two models takes a second server, serving the embedded model cut to
+its first layers (the same tokenizer, other predictions), started once for the tests that need it.
 """
 
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 from gradio_client import Client
+from transformers import AutoModelForCausalLM
 
 import custom_llm_inference as cli
 from conftest import TINY_LLAMA_DIR
@@ -32,21 +40,32 @@ TEXTS = [
 CONVERSATION = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "What is 2+2?"}]
 
 
+SHORT_LAYERS = 8  # of the embedded model's 30: the second model, for compare
+
+
+@contextmanager
+def vllm_server(model_dir: str | Path, name: str, *extra: str) -> Iterator[VLLMServer]:
+    """A vLLM server serving `model_dir` as `name` (`extra`: its options), started for these tests and stopped after
+    them."""
+    python = os.environ.get("VLLM_PYTHON")
+    if not python:
+        pytest.skip("VLLM_PYTHON is not set: scripts/test.sh makes vLLM's venv (requirements-vllm.txt) and sets it")
+    started = VLLMServer(python, model_dir, name, *extra)
+    try:
+        started.wait()
+        yield started
+    finally:
+        started.stop()
+
+
 @pytest.fixture(scope="module")
 def server_port(embedded):
     """The port of a vLLM server started for these tests (or of one already running: VLLM_TEST_PORT)."""
     if os.environ.get("VLLM_TEST_PORT"):
         yield int(os.environ["VLLM_TEST_PORT"])
         return
-    python = os.environ.get("VLLM_PYTHON")
-    if not python:
-        pytest.skip("VLLM_PYTHON is not set: scripts/test.sh makes vLLM's venv (requirements-vllm.txt) and sets it")
-    started = VLLMServer(python, embedded_model_dir(), EMBEDDED_MODEL)
-    try:
-        started.wait()
+    with vllm_server(embedded_model_dir(), EMBEDDED_MODEL) as started:
         yield started.port
-    finally:
-        started.stop()
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +80,35 @@ def proxy(server_port):
 def vllm(proxy):
     proxy.up()
     backend = cli.use_backend("vllm", proxy.url)
+    yield backend
+    cli.use_backend()
+
+
+@pytest.fixture(scope="module")
+def short_model(tmp_path_factory) -> str:
+    """The embedded model's first SHORT_LAYERS layers, saved with its tokenizer: a folder both backends load by its
+    path, which is also the name the second server serves it by."""
+    path = tmp_path_factory.mktemp("short-model")
+    model = AutoModelForCausalLM.from_pretrained(embedded_model_dir())
+    model.model.layers = model.model.layers[:SHORT_LAYERS]
+    model.config.num_hidden_layers = SHORT_LAYERS
+    model.save_pretrained(path)
+    cli.load_model()[1].save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def second_server(short_model):
+    """Uncompiled (--enforce-eager): it starts in half a minute, where compiling takes a minute more."""
+    with vllm_server(short_model, short_model, "--enforce-eager") as started:
+        yield started
+
+
+@pytest.fixture
+def two_servers(proxy, second_server):
+    """The backend over both servers: the embedded model's (behind the proxy) and the short model's."""
+    proxy.up()
+    backend = cli.use_backend("vllm", f"{proxy.url}, {second_server.url}")
     yield backend
     cli.use_backend()
 
@@ -326,7 +374,7 @@ def test_a_server_down_or_stalled_is_a_clear_error_and_it_recovers(vllm, proxy):
             call()
     proxy.stall()
     slow = cli.use_backend("vllm", proxy.url)
-    slow.client.timeout = 2
+    slow.clients[0].timeout = 2
     with pytest.raises(cli.BackendError, match="did not answer within 2 s"):
         cli.token_probabilities(TEXTS[0])
     proxy.up()
@@ -414,3 +462,113 @@ def test_a_caret_answers_as_in_process_with_fit_from_the_servers_prompt_logprobs
     assert_same_distribution(cli.next_token_distribution(text, 10, caret=caret), expected[1])
     assert cli.generate(text, 12, caret=caret)["token_ids"] == expected[2]["token_ids"]
     assert all(b["fit"] is None for b in cli.lookahead(text, 4, 3, session="v", caret=len(text))["branches"])
+
+
+def test_each_model_is_asked_of_the_server_that_serves_it(two_servers, proxy, second_server, short_model,
+                                                          monkeypatch):
+    sent = []
+    answering = two_servers._answering
+    monkeypatch.setattr(two_servers, "_answering", lambda client, body: sent.append(
+        (client.url, (body or {}).get("model"))) or answering(client, body))
+    text = TEXTS[1]
+    for name, url in ((short_model, second_server.url), (EMBEDDED_MODEL, proxy.url)):
+        with in_process():
+            expected = (cli.lookahead(text, 5, 4, model_name=name, session="reference"),
+                        cli.token_probabilities(text, 5, model_name=name, session="reference"),
+                        cli.generate(text, 12, "greedy", model_name=name))
+        ours = (cli.lookahead(text, 5, 4, model_name=name), cli.token_probabilities(text, 5, model_name=name),
+                cli.generate(text, 12, model_name=name))
+        assert ours[0]["device"] == f"vllm {url}"
+        assert [b["token_ids"] for b in ours[0]["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
+        assert_same_distribution(ours[0]["distribution"], expected[0]["distribution"])
+        assert_same_scores(ours[1], expected[1])
+        assert ours[2]["token_ids"] == expected[2]["token_ids"]
+        assert {to for to, model in sent if model == name} == {url}
+    assert {model for _, model in sent} == {None, EMBEDDED_MODEL, short_model}, "each listed once, then routed"
+
+
+def test_a_model_neither_server_serves_is_a_clear_error_naming_what_each_serves(two_servers, tiny_model_dirs):
+    served = (r"No vLLM server serves .*\(the one at .* serves \['SmolLM2-135M-Instruct \(embedded\)'\]; the one at "
+              r".* serves \['.*short-model.*'\]\)")
+    with pytest.raises(cli.BackendError, match=served):
+        cli.lookahead(TEXTS[0], model_name=TINY_LLAMA_DIR)
+    with pytest.raises(cli.BackendError, match=served):
+        cli.compare(TEXTS[0], [EMBEDDED_MODEL, TINY_LLAMA_DIR])
+
+
+def full_logprobs(name: str, text: str) -> np.ndarray:
+    """Each position's next-token log-probabilities (tokens, vocab), float64, from one full forward."""
+    model, tokenizer = cli.load_model(name)
+    with torch.no_grad():
+        return torch.log_softmax(model(torch.tensor([tokenizer(text)["input_ids"]])).logits[0].double(), -1).numpy()
+
+
+def coarse_js(p: np.ndarray, q: np.ndarray, top_p: set[int], top_q: set[int]) -> float:
+    """The divergence in bits of two distributions (log) coarse-grained onto the tokens in both top sets and the
+    rest, from its definition."""
+    cells = sorted(top_p & top_q)
+    a, b = (np.append(np.exp(d[cells]), 1 - np.exp(d[cells]).sum()) for d in (p, q))
+    mean = (a + b) / 2
+    kl = lambda x: float(np.sum(np.where(x > 0, x * np.log2(np.where(x > 0, x, 1) / mean), 0.0)))  # noqa: E731
+    return (kl(a) + kl(b)) / 2
+
+
+TEXT = "The keeper climbed the stairs and looked out over the sea, where the boats were coming home"
+
+
+@pytest.mark.parametrize(("caret", "n_branches"),
+                         [(None, 3), (TEXT.index(" looked"), 0), (TEXT.index(" looked") - 2, 3)],
+                         ids=["end", "between tokens, no branches", "in a word"])
+def test_compare_through_two_servers_answers_as_in_process_with_the_divergence_over_the_top_n(
+        two_servers, short_model, caret, n_branches):
+    """Each token's log-probability and rank under both models, both next-token distributions and both models'
+    branches as in-process; the divergence from each model's top 20 only: the whole distributions' (as transformers
+    gives them) coarse-grained onto the tokens in both top 20 and the rest, at most the in-process divergence."""
+    names = [EMBEDDED_MODEL, short_model]
+    with in_process():
+        expected = cli.compare(TEXT, names, n_branches=n_branches, depth=3, caret=caret, session="reference")
+    ours = cli.compare(TEXT, names, n_branches=n_branches, depth=3, caret=caret, session="v")
+    assert set(ours) == set(expected) and ours["per"] == expected["per"] == "token"
+    assert ours["js_over"] == 20 and expected["js_over"] is None
+    for m in range(2):
+        assert_same_distribution(ours["next"]["distributions"][m], expected["next"]["distributions"][m])
+        assert [b["token_ids"] for b in ours["branches"][m]] == [b["token_ids"] for b in expected["branches"][m]]
+        assert len(ours["branches"][m]) == n_branches
+    tokens, reference = ours["tokens"], expected["tokens"]
+    assert [(t["token_id"], t["start"], t["end"]) for t in tokens] == [
+        (t["token_id"], t["start"], t["end"]) for t in reference]
+    assert [t["token_id"] for t in tokens] == cli.load_model()[1](TEXT)["input_ids"]
+    full = [full_logprobs(name, TEXT) for name in names]
+    tops = [[{e["token_id"] for e in t["alternatives"]} if t["alternatives"] else set()
+             for t in cli.token_probabilities(TEXT, 20, model_name=name)["tokens"]] for name in names]
+    assert tokens[0]["js"] is None and tokens[0]["top"] is None
+    for i, (token, theirs) in enumerate(zip(tokens[1:], reference[1:]), 1):
+        # float32's rounding grows with the log-probability: the short model gives some tokens -50
+        assert token["logprob"] == pytest.approx(theirs["logprob"], rel=1e-5, abs=TOLERANCE)
+        assert token["rank"] == theirs["rank"]
+        assert token["top"] == theirs["top"]
+        assert token["js"] <= theirs["js"] + 1e-4
+        assert token["js"] == pytest.approx(coarse_js(full[0][i - 1], full[1][i - 1], tops[0][i], tops[1][i]),
+                                            abs=1e-4)
+    before = TEXT if caret is None else TEXT[:caret]
+    assert ours["next"]["js"] <= expected["next"]["js"] + 1e-4
+    if caret == TEXT.index(" looked"):  # the whole text's divergence before that token
+        assert ours["next"]["js"] == next(t["js"] for t in tokens if t["start"] == caret)
+    else:
+        at_caret = [full_logprobs(name, before)[-1] for name in names]
+        top = [{e["token_id"] for e in cli.next_token_distribution(before, 20, model_name=name)} for name in names]
+        assert ours["next"]["js"] == pytest.approx(coarse_js(*at_caret, *top), abs=1e-4)
+
+
+def test_compare_reads_both_models_over_the_context_both_hold(two_servers, short_model):
+    """Where one server's context holds less of the text (here 64 tokens), the divergence is over the window both
+    hold (as in-process over the smaller of the two contexts); each model's log-probabilities stay its own."""
+    names = [EMBEDDED_MODEL, short_model]
+    whole = cli.compare(LETTER, names, n_branches=0)
+    two_servers._served[short_model] = replace(two_servers._model(short_model), max_model_len=64)
+    short = cli.compare(LETTER, names, n_branches=0)
+    compared = [t["js"] is not None for t in short["tokens"]]
+    assert compared == [t["logprob"][1] is not None for t in short["tokens"]], "where the short context scores"
+    assert 0 < sum(compared) < 64 and compared == sorted(compared), "the text's last tokens"
+    assert [t["logprob"][0] for t in short["tokens"]] == pytest.approx([t["logprob"][0] for t in whole["tokens"]],
+                                                                       abs=TOLERANCE)

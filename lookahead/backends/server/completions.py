@@ -18,25 +18,41 @@ Exact by construction:
   scores come from the server's log-probabilities of the prompt's own tokens.
 - Every request carries the session's fields (`Server.session_fields`), so that the server's prefix cache
   serves a session its own text and nobody else's (docs/deploy-vllm.md).
+
+A server may serve one model only (vLLM does): the backend then takes several servers' URLs, and asks each model of
+the server that lists it. So `compare` can read two models: their divergence comes from each one's top N
+log-probabilities, so it is a lower bound, over N (`top_n_js_bits`).
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from http import HTTPStatus
+from typing import NamedTuple
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from lookahead.backends.base import BackendError, Capabilities
 from lookahead.backends.server.client import TIMEOUT_SECONDS, Client, Refused, Unreachable
-from lookahead.backends.server.top_n import Position, next_token_logprobs, score_rows
+from lookahead.backends.server.top_n import (
+    Position,
+    first_choice,
+    likeliest,
+    next_token_logprobs,
+    ranked_top,
+    score_rows,
+    top_n_js_bits,
+)
 from lookahead.chat import as_dicts
+from lookahead.comparison import at_tokens, comparison_result, model_requests, read_alike
 from lookahead.constraints import Guide, MatcherStore
-from lookahead.context import follow_ids, read_prompt, read_scored_text
+from lookahead.context import ScoredText, follow_ids, read_prompt, read_scored_text
 from lookahead.models import load_tokenizer
 from lookahead.requests import (
     AttributionRequest,
@@ -142,10 +158,11 @@ class Server(ABC):
 
 @dataclass(frozen=True)
 class Served:
-    """A model the server serves, as it describes it."""
+    """A model a server serves, as it describes it, and that server."""
 
     name: str
     max_model_len: int
+    client: Client
 
 
 @dataclass(frozen=True)
@@ -161,6 +178,14 @@ class Context:
     allowed: torch.Tensor | None = None  # healing's mask over the first token
     guide: Guide | None = None  # a constraint's state after the text
     forced: tuple[int, ...] = ()  # the last of `ids`: the only tokens the constraint allowed after the text
+
+
+class Scored(NamedTuple):
+    """A text scored by the server: token_probabilities' answer, and what it was built from."""
+
+    result: dict
+    text: ScoredText  # the text as tokenized, and the window the server read
+    positions: list[Position | None]  # the server's log-probabilities at each position of that window
 
 
 class TooManyLogprobs(Exception):
@@ -180,19 +205,27 @@ def by_index(answer: dict) -> list[dict]:
     return sorted(answer["choices"], key=lambda c: c["index"])
 
 
+def server_urls(urls: str) -> list[str]:
+    """The URLs in `urls`, comma-separated; ValueError for none."""
+    listed = [url.strip() for url in urls.split(",") if url.strip()]
+    if not listed:
+        raise ValueError(f"no server URL in {urls!r}: give one, or several comma-separated")
+    return listed
+
+
 class CompletionsBackend:
-    """Answers the public functions' checked requests through the completions server at `url` (…/v1) that `server`
-    describes. A server's backend subclasses this with its `server` and `capabilities`."""
+    """Answers the public functions' checked requests through the completions servers at `url` (…/v1; several
+    comma-separated, each asked of the models it lists) that `server` describes. A server's backend subclasses this
+    with its `server` and `capabilities`."""
 
     server: Server
     capabilities: Capabilities
 
     def __init__(self, url: str, timeout: float = TIMEOUT_SECONDS) -> None:
-        self.client = Client(url, self.server.name, timeout)
-        self.url = self.client.url
-        self.device = f"{self.server.device} {self.url}"
-        self.logprobs = self.server.logprobs  # lowered to the server's cap if that is smaller
-        self._served: dict[str, Served] = {}  # checked models; forgotten when the server drops out
+        self.clients = [Client(each, self.server.name, timeout) for each in server_urls(url)]
+        self.url = ",".join(client.url for client in self.clients)
+        self.logprobs = self.server.logprobs  # lowered to the smallest cap of the servers that refuse more
+        self._served: dict[str, Served] = {}  # checked models; forgotten when a server drops out
         self.matchers = MatcherStore()  # each session's constraint matchers, as in-process
 
     def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
@@ -240,14 +273,7 @@ class CompletionsBackend:
         return distribution_entries(logprobs, final, request.k, context.tokenizer, valid=valid)
 
     def scores(self, request: ScoresRequest) -> dict:
-        tokenizer = load_tokenizer(request.model)
-        scored = read_scored_text(request, tokenizer, self._model(request.model).max_model_len)
-        width = max(request.k, self.logprobs)
-        body = self._body(request.model, scored.ids, 1, request.session)
-        answer = self._with_logprobs(body, self.server.prompt_logprobs, width, request.k)
-        rows = score_rows(scored.ids, self.server.prompt_positions(answer["choices"][0]), width)
-        return scores_result(request.model, scored, rows, self.server.cached_tokens(answer), request.k, tokenizer,
-                             len(request.text))
+        return self._scores(request).result
 
     def generate(self, request: GenerateRequest) -> Iterator[dict]:
         """The server's greedy continuation, streamed (one server step per token: the method has no say here).
@@ -282,9 +308,17 @@ class CompletionsBackend:
                          "backend (use_backend())")
 
     def compare(self, request: CompareRequest) -> dict:
-        raise ValueError(f"compare reads both models' whole next-token distributions at every token; the "
-                         f"{self.server.name} server returns the top log-probabilities only: ask it of the "
-                         "in-process backend (use_backend())")
+        """Each model asked of its own server. Where both read the text as the same token ids, the divergences come
+        from their top N log-probabilities (`js_over`: N), a lower bound of the whole distributions'."""
+        asked = [model_requests(request, name) for name in request.models]
+        scored = [self._scores(scores) for scores, _, _ in asked]
+        listings = (scored[0].result["tokens"], scored[1].result["tokens"])
+        distributions = [self.distribution(distribution) for _, distribution, _ in asked]
+        branches = [self.lookahead(lookahead)["branches"] if request.n_branches else [] for _, _, lookahead in asked]
+        tokenizers = (load_tokenizer(request.models[0]), load_tokenizer(request.models[1]))
+        compared = self._compared(request, [scores for scores, _, _ in asked], scored) if read_alike(
+            tokenizers, request) else None
+        return comparison_result(request, listings, distributions, branches, self.logprobs, compared)
 
     def warm_up(self) -> Iterator[str]:
         """Nothing to prepare here: the server holds the model."""
@@ -320,6 +354,47 @@ class CompletionsBackend:
 
     # What the tasks share
 
+    def _scores(self, request: ScoresRequest, limit: int | None = None) -> Scored:
+        """token_probabilities' answer, the text as scored, and the server's prompt log-probabilities over it (the top
+        N at each position); `limit`: a context shorter than the model's."""
+        tokenizer = load_tokenizer(request.model)
+        scored = read_scored_text(request, tokenizer, limit or self._model(request.model).max_model_len)
+        width = max(request.k, self.logprobs)
+        body = self._body(request.model, scored.ids, 1, request.session)
+        answer = self._with_logprobs(body, self.server.prompt_logprobs, width, request.k)
+        positions = self.server.prompt_positions(answer["choices"][0])
+        rows = score_rows(scored.ids, positions, width)
+        return Scored(scores_result(request.model, scored, rows, self.server.cached_tokens(answer), request.k,
+                                    tokenizer, len(request.text)), scored, positions)
+
+    def _compared(self, request: CompareRequest, scores: list[ScoresRequest],
+                  scored: list[Scored]) -> tuple[list[float | None], list[list[str] | None], float]:
+        """Over the context both models hold (a model whose own holds more of the text is asked again over the
+        shorter one): the divergence before each token and each model's first choice there, and the divergence at
+        the caret, from each one's top N log-probabilities."""
+        limit = min(self._model(name).max_model_len for name in request.models)
+        shared = [read if self._model(ask.model).max_model_len == limit else self._scores(ask, limit)
+                  for ask, read in zip(scores, scored)]
+        window, a, b = shared[0].text, shared[0].positions, shared[1].positions
+        n = self.logprobs
+        js = torch.cat([torch.tensor([math.nan]),  # the first token has nothing before it
+                        top_n_js_bits([(ranked_top(p, n), ranked_top(q, n)) for p, q in zip(a[1:], b[1:])])])
+        top = torch.tensor([[0, *map(first_choice, positions[1:])] for positions in (a, b)])
+        tokenizer = load_tokenizer(request.models[0])
+        return (*at_tokens(window, len(request.whole), js, top, lambda token: tokenizer.decode([token])),
+                self._js_at_caret(request, window, js, limit))
+
+    def _js_at_caret(self, request: CompareRequest, window: ScoredText, js: torch.Tensor, limit: int) -> float:
+        """The divergence before the caret's next token: the whole text's, where the text before the caret is a run
+        of its tokens, else from both servers' top N after that text alone."""
+        caret = ScoresRequest(text=request.text, session=request.session, messages=request.messages)
+        before = read_scored_text(caret, load_tokenizer(request.models[0]), limit).ids
+        if len(before) < len(window.ids) and window.ids[: len(before)] == before:
+            return float(js[len(before)])
+        tops = [self._next_tokens(Context(load_tokenizer(name), before, 0, "", name, request.session), 1)[0]
+                for name in request.models]
+        return float(top_n_js_bits([(likeliest(tops[0], self.logprobs), likeliest(tops[1], self.logprobs))])[0])
+
     def _context(self, request: LookaheadRequest | DistributionRequest, room: int) -> Context:
         """What the model reads, tokenized here exactly as in-process (lookahead/context.py)."""
         model = request.model
@@ -330,7 +405,8 @@ class CompletionsBackend:
                        prompt.guide, tuple(prompt.forced))
 
     def _info(self, context: Context, reused: int, exact: bool) -> dict:
-        info = context_info(context.model, self.device, len(context.ids), reused, context.dropped, context.healed)
+        device = f"{self.server.device} {self._model(context.model).client.url}"
+        info = context_info(context.model, device, len(context.ids), reused, context.dropped, context.healed)
         if not exact:
             approximate = APPROXIMATE.format(server=self.server.name, n=self.logprobs)
             info["notice"] = " ".join(filter(None, [info["notice"], approximate]))
@@ -397,28 +473,44 @@ class CompletionsBackend:
                 **self.server.fields, **self.server.session_fields(model, session),
                 **self.server.sampling_fields(sampling, sample)}
 
-    # The server
+    # The servers
 
     def _model(self, name: str) -> Served:
-        """The server's description of `name`, checked once per connection: it must serve that model,
-        tokenized as here."""
+        """The description of `name` by the server that serves it, found and checked once per connection."""
         known = self._served.get(name)  # one read: another thread may clear the dict at any time
         if known is None:
-            with self._answering(None):
-                served = self.client.models()
-            if name not in served:
-                raise BackendError(
-                    f"{self.client.name} serves {sorted(served)}, not {name!r}: start it with "
-                    f"{self.server.model_name_option} {name!r}, or choose one of its models."
-                )
-            probe = load_tokenizer(name)(PROBE_TEXT, add_special_tokens=False)["input_ids"]
-            if self.server.tokenize(self._post, name, PROBE_TEXT) != probe:
-                raise BackendError(
-                    f"{self.client.name} serves a model named {name!r} whose tokenizer is not {name!r}'s here: a "
-                    "different model is behind that URL."
-                )
-            known = self._served[name] = Served(name, self.server.context_window(served[name]))
+            known = self._served[name] = self._find(name)
         return known
+
+    def _find(self, name: str) -> Served:
+        """`name` as the first server that lists it describes it: that server must tokenize it as here."""
+        listed = {}
+        for client in self.clients:
+            with self._answering(client, None):
+                served = client.models()
+            if name in served:
+                break
+            listed[client.url] = sorted(served)
+        else:
+            raise BackendError(self._unserved(name, listed))
+        probe = load_tokenizer(name)(PROBE_TEXT, add_special_tokens=False)["input_ids"]
+        if self.server.tokenize(partial(self._send, client), name, PROBE_TEXT) != probe:
+            raise BackendError(
+                f"{client.name} serves a model named {name!r} whose tokenizer is not {name!r}'s here: a "
+                "different model is behind that URL."
+            )
+        return Served(name, self.server.context_window(served[name]), client)
+
+    def _unserved(self, name: str, listed: dict[str, list[str]]) -> str:
+        """Which models each server serves (`listed`, by URL), none of them `name`, and what to do."""
+        option = self.server.model_name_option
+        if len(listed) == 1:
+            (url, models), = listed.items()
+            return (f"The {self.server.name} server at {url} serves {models}, not {name!r}: start it with "
+                    f"{option} {name!r}, or choose one of its models.")
+        servers = "; ".join(f"the one at {url} serves {models}" for url, models in listed.items())
+        return (f"No {self.server.name} server serves {name!r} ({servers}): start one with {option} {name!r}, or "
+                "choose one of their models.")
 
     def _with_logprobs(self, body: dict, ask: AskLogprobs, width: int, needed: int) -> dict:
         """POST /completions asking `width` log-probabilities per position (`ask` names the fields); a server that
@@ -429,9 +521,9 @@ class CompletionsBackend:
             if refusal.allowed < max(needed, 1):
                 option = self.server.logprobs_option
                 raise BackendError(
-                    f"{self.client.name} returns at most {refusal.allowed} log-probabilities per token (its "
-                    f"{option}), and this needs {needed}: ask for at most {refusal.allowed}, or restart the server "
-                    f"with {option} {max(needed, self.server.logprobs)}."
+                    f"{self._model(body['model']).client.name} returns at most {refusal.allowed} log-probabilities "
+                    f"per token (its {option}), and this needs {needed}: ask for at most {refusal.allowed}, or restart "
+                    f"the server with {option} {max(needed, self.server.logprobs)}."
                 ) from None
             self.logprobs = refusal.allowed
             return self._complete({**body, **ask(max(needed, refusal.allowed))})
@@ -440,17 +532,21 @@ class CompletionsBackend:
         return self._post(COMPLETIONS, body)
 
     def _post(self, path: str, body: dict, root: bool = False) -> dict:
-        """`root`: the path is the server's own (not under /v1)."""
-        with self._answering(body):
-            return self.client.post(path, body, root)
+        """POST to the server of the body's model; `root`: the path is the server's own (not under /v1)."""
+        return self._send(self._model(body["model"]).client, path, body, root)
+
+    def _send(self, client: Client, path: str, body: dict, root: bool = False) -> dict:
+        with self._answering(client, body):
+            return client.post(path, body, root)
 
     def _stream(self, body: dict) -> Iterator[dict]:
-        with self._answering(body):
-            yield from self.client.stream(COMPLETIONS, body)
+        client = self._model(body["model"]).client
+        with self._answering(client, body):
+            yield from client.stream(COMPLETIONS, body)
 
     @contextmanager
-    def _answering(self, body: dict | None) -> Iterator[None]:
-        """The client's failures as this backend reads them: the models are checked again after any (the server may
+    def _answering(self, client: Client, body: dict | None) -> Iterator[None]:
+        """The client's failures as this backend reads them: the models are checked again after any (a server may
         come back serving another), and a refusal of too many log-probabilities or of the model says so."""
         try:
             yield
@@ -464,7 +560,7 @@ class CompletionsBackend:
             if refusal.status == HTTPStatus.NOT_FOUND and body and "model" in body:
                 self._served.clear()
                 raise BackendError(
-                    f"{self.client.name} no longer serves {body['model']!r} (it says: {refusal.message}); a "
+                    f"{client.name} no longer serves {body['model']!r} (it says: {refusal.message}); a "
                     "different model is behind that URL."
                 ) from None
             raise

@@ -13,13 +13,14 @@ token: an approximation, which the answer's notice says.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import torch
 
+from lookahead.comparison import js_bits
 from lookahead.sampling import PresenceFrequencyPenalty, Sampling
-from lookahead.scoring import Scores, unscored
+from lookahead.scoring import MAX_ALTERNATIVES, Scores, unscored
 
 EMPTY_REST = 1e-45  # the rest's mass when the N tokens hold it all: a finite log, so the processors see a token
 ROUNDING = 1e-6  # more than the error float32 log-probabilities leave in the top N's total mass (a few 1e-7): the
@@ -177,19 +178,49 @@ def entropy_bits(logprobs: list[float]) -> float:
 
 def score_rows(ids: list[int], positions: list[Position | None], width: int) -> Scores:
     """`Scores` rows from a server's prompt log-probabilities (`positions`, one per token of `ids`; the first has
-    nothing before it): each position's own token (with its rank), the top `width` and the entropy's lower bound."""
+    nothing before it): each position's own token (with its rank), its top MAX_ALTERNATIVES (as every `Scores`
+    row, whatever `width`) and the entropy's lower bound from its top `width`."""
     rows = unscored(torch.tensor(ids[:1]))
     logprob, rank, entropy = [], [], []
-    top_ids = torch.full((len(ids) - 1, width), -1, dtype=torch.long)
-    top_logprobs = torch.full((len(ids) - 1, width), float("nan"))
+    top_ids = torch.full((len(ids) - 1, MAX_ALTERNATIVES), -1, dtype=torch.long)
+    top_logprobs = torch.full((len(ids) - 1, MAX_ALTERNATIVES), float("nan"))
     for row, (token, position) in enumerate(zip(ids[1:], positions[1:])):
         logprob.append(position[token].logprob)
         rank.append(position[token].rank)
         top = sorted((returned.rank, i, returned.logprob) for i, returned in position.items() if returned.rank <= width)
-        for column, (_, i, lp) in enumerate(top):
+        for column, (_, i, lp) in enumerate(top[:MAX_ALTERNATIVES]):
             top_ids[row, column], top_logprobs[row, column] = i, lp
         entropy.append(entropy_bits([lp for _, _, lp in top]))
     later = Scores(torch.tensor(ids[1:], dtype=torch.long), torch.tensor(logprob, dtype=torch.float),
                    torch.tensor(rank, dtype=torch.long), torch.tensor(entropy, dtype=torch.float), top_ids,
                    top_logprobs)
     return rows.then(later)
+
+
+def likeliest(top: Mapping[int, float], n: int) -> dict[int, float]:
+    """The `n` likeliest of a position's returned log-probabilities (a server may add the token it chose)."""
+    return dict(sorted(top.items(), key=lambda item: -item[1])[:n])
+
+
+def ranked_top(position: Position, n: int) -> dict[int, float]:
+    """A prompt position's top `n` log-probabilities (it holds its own token's too, whatever its rank)."""
+    return {token: returned.logprob for token, returned in position.items() if returned.rank <= n}
+
+
+def first_choice(position: Position) -> int:
+    """The likeliest token at a prompt position."""
+    return min(position, key=lambda token: position[token].rank)
+
+
+def top_n_js_bits(pairs: Sequence[tuple[Mapping[int, float], Mapping[int, float]]]) -> torch.Tensor:
+    """The Jensen–Shannon divergence in bits at each position, from two models' top-N log-probabilities there: both
+    distributions coarse-grained onto the same cells, one per token in both top N and one for every other token (each
+    model's remaining mass). A lower bound of the whole distributions' divergence (the data-processing inequality)."""
+    common = [sorted(a.keys() & b.keys()) for a, b in pairs]
+    cells = torch.full((2, len(pairs), max(map(len, common), default=0) + 1), float("-inf"), dtype=torch.float64)
+    for row, ((a, b), tokens) in enumerate(zip(pairs, common)):
+        cells[:, row, : len(tokens)] = torch.tensor([[a[t] for t in tokens], [b[t] for t in tokens]],
+                                                    dtype=torch.float64)
+    rest = 1.0 - cells[..., :-1].exp().sum(-1)
+    cells[..., -1] = rest.clamp(min=0.0).log()  # -inf where the top tokens hold it all
+    return js_bits(cells[0], cells[1])

@@ -102,7 +102,8 @@ class VLLM(Server):
 
 
 class VLLMBackend(CompletionsBackend):
-    """Answers the public functions' checked requests through a vLLM server at `url` (…/v1)."""
+    """Answers the public functions' checked requests through a vLLM server at `url` (…/v1), or several (one per
+    model, as vLLM serves one: their URLs comma-separated)."""
 
     server = VLLM()
     # The server keeps each session's text in its prefix cache and batches the calls that arrive together; it
