@@ -21,8 +21,9 @@ def argument_parser() -> argparse.ArgumentParser:
                         help="where the model runs (LOOKAHEAD_BACKEND): "
                              + "; ".join(f"{name}: {entry.summary}" for name, entry in BACKENDS.items()))
     parser.add_argument("--server-url", default=os.environ.get("LOOKAHEAD_SERVER_URL"),
-                        help="a server backend's OpenAI-compatible URL, e.g. http://localhost:8000/v1 "
-                             "(LOOKAHEAD_SERVER_URL)")
+                        help="a server backend's OpenAI-compatible URL, e.g. http://localhost:8000/v1, or several "
+                             "comma-separated, each model asked of the server that serves it (vLLM serves one: "
+                             "compare takes two) (LOOKAHEAD_SERVER_URL)")
     parser.add_argument("--mcp", action="store_true",
                         help="also serve the endpoints as MCP tools at /gradio_api/mcp/ (or GRADIO_MCP_SERVER=true)")
     return parser
