@@ -192,12 +192,3 @@ def test_compare_refuses_anything_but_two_models(embedded):
     for models in (None, [], [cli.default_model_name()], ["a", "b", "c"], [cli.default_model_name(), ""]):
         with pytest.raises(ValueError, match="models"):
             cli.compare(TEXT, models)
-
-
-def test_a_server_backend_refuses_to_compare_before_it_asks_the_server():
-    from lookahead.backends.server.vllm import VLLMBackend
-    from lookahead.requests import CompareRequest
-
-    request = CompareRequest(text="x", models=("a", "b"))
-    with pytest.raises(ValueError, match="compare.*in-process"):
-        VLLMBackend("http://127.0.0.1:9/v1").compare(request)

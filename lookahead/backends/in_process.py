@@ -10,7 +10,6 @@ Each session's KV cache, precomputed answers, constraint matchers and token list
 from __future__ import annotations
 
 import functools
-import math
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
@@ -23,8 +22,15 @@ from lookahead import reading
 from lookahead.attribution import attribute_stepwise, passes
 from lookahead.backends.base import Capabilities
 from lookahead.branches import Lookahead, get_lookahead_sequences
-from lookahead.chat import as_dicts, context_ids, encode
-from lookahead.comparison import Comparison, compare_models, compared_tokens, word_units
+from lookahead.chat import as_dicts, encode
+from lookahead.comparison import (
+    Comparison,
+    at_tokens,
+    compare_models,
+    comparison_result,
+    model_requests,
+    read_alike,
+)
 from lookahead.constraints import MatcherStore
 from lookahead.context import Prompt, follow_ids, read_prompt, read_scored_text
 from lookahead.decoding import greedy_passes, lookahead_passes
@@ -367,32 +373,21 @@ def _partial_lookahead(request: LookaheadRequest, read: Read) -> dict:
 def _comparison(request: CompareRequest) -> dict:
     """Both models on the text: each one's listing of its tokens, the divergence before each token and at the
     caret where they read the same token ids (else per word), and each one's suggestions at the caret."""
-    common = dict(session=request.session, messages=request.messages)
-    asked = dict(sampling=request.sampling, constraint=request.constraint, after=request.after, **common)
-    listings = tuple(_token_probabilities(ScoresRequest(text=request.whole, model_name=name, k=1, **common))["tokens"]
-                     for name in request.models)
-    nexts = [_next_tokens(DistributionRequest(text=request.text, model_name=name, k=request.k, **asked))
-             for name in request.models]
-    branches = [_lookahead(LookaheadRequest(text=request.text, model_name=name, n_branches=request.n_branches,
-                                            depth=request.depth, stop=request.stop, **asked))["branches"]
-                if request.n_branches else [] for name in request.models]
-    read = _read_together(request)
-    result = {"models": list(request.models), "per": "token" if read else "word", "js_over": None,
-              "next": {"distributions": [n["distribution"] for n in nexts], "js": None}, "branches": branches}
-    if read is None:  # the models cut the text into other tokens: no position is both's
-        return {**result, "tokens": None, "words": word_units(request.whole, listings)}
-    models, tokenizer, limit = read
-    scored = read_scored_text(ScoresRequest(text=request.whole, **common), tokenizer, limit)
-    key = (request.models, request.session)
-    compared = compare_models(models, torch.tensor([scored.ids]), len(tokenizer), comparisons.pop(key))
-    comparisons.put(key, compared)
-    places = [position - scored.dropped
-              for position, _ in text_token_places(scored.encoding, scored.text_start, len(request.whole))]
-    js = [None if place < 0 or math.isnan(compared.js[place]) else float(compared.js[place]) for place in places]
-    tops = [None if place < 0 or math.isnan(compared.js[place]) else
-            [_spelled(tokenizer, int(compared.top[m, place])) for m in range(2)] for place in places]
-    return {**result, "next": {**result["next"], "js": _js_at_caret(request, compared, models, tokenizer, limit)},
-            "tokens": compared_tokens(listings, js, tops), "words": None}
+    asked = [model_requests(request, name) for name in request.models]
+    listings = tuple(_token_probabilities(scores)["tokens"] for scores, _, _ in asked)
+    distributions = [_next_tokens(next_tokens)["distribution"] for _, next_tokens, _ in asked]
+    branches = [_lookahead(branches)["branches"] if request.n_branches else [] for _, _, branches in asked]
+    (model_a, tokenizer), (model_b, tokenizer_b) = (load_model(name) for name in request.models)
+    compared = None
+    if read_alike((tokenizer, tokenizer_b), request):  # else the models cut the text into other tokens: per word
+        models, limit = (model_a, model_b), min(_context_limit(model_a), _context_limit(model_b))
+        scored = read_scored_text(asked[0][0], tokenizer, limit)
+        key = (request.models, request.session)
+        kept = compare_models(models, torch.tensor([scored.ids]), len(tokenizer), comparisons.pop(key))
+        comparisons.put(key, kept)
+        js, tops = at_tokens(scored, len(request.whole), kept.js, kept.top, functools.partial(_spelled, tokenizer))
+        compared = js, tops, _js_at_caret(request, kept, models, tokenizer, limit)
+    return comparison_result(request, listings, distributions, branches, None, compared)
 
 
 def _js_at_caret(request: CompareRequest, compared: Comparison, models: tuple[PreTrainedModel, PreTrainedModel],
@@ -411,20 +406,6 @@ def _js_at_caret(request: CompareRequest, compared: Comparison, models: tuple[Pr
 @functools.cache
 def _spelled(tokenizer: PreTrainedTokenizerBase, token_id: int) -> str:
     return tokenizer.decode([token_id])
-
-
-def _read_together(
-    request: CompareRequest,
-) -> tuple[tuple[PreTrainedModel, PreTrainedModel], PreTrainedTokenizerBase, int] | None:
-    """Both models, the tokenizer they share and the context both hold, where they read the text as the same token
-    ids (one vocabulary, and in chat mode one template); None where they do not."""
-    (model_a, tokenizer_a), (model_b, tokenizer_b) = (load_model(name) for name in request.models)
-    if tokenizer_a.get_vocab() != tokenizer_b.get_vocab():
-        return None
-    messages = as_dicts(request.messages)
-    if context_ids(tokenizer_a, request.whole, messages) != context_ids(tokenizer_b, request.whole, messages):
-        return None
-    return (model_a, model_b), tokenizer_a, min(_context_limit(model_a), _context_limit(model_b))
 
 
 def _context_limit(model: PreTrainedModel) -> int:
