@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Sequence
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -39,6 +38,7 @@ import custom_llm_inference as cli
 from ui.controls import Constraints, Context, Controls, Settings
 from ui.endpoints import serve_endpoints
 from ui.panels.chat import ChatPanel
+from ui.panels.compare import ComparePanel
 from ui.panels.constrain import ConstrainPanel
 from ui.panels.continuation import ContinuationPanel
 from ui.panels.heatmap import HeatmapPanel
@@ -61,14 +61,15 @@ INTRODUCTION = (  # the keys' hints are hidden on a touch screen (page.css)
 )
 
 
-def build_page(beside: Sequence[str] = ()) -> tuple[gr.Blocks, dict]:
-    """The page, and its panels by name (tests reach the components through them). `beside`: models whose
-    suggestions are shown under the chosen model's, each in a panel of its own, for the same text."""
+def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
+    """The page, and its panels by name (tests reach the components through them). `compare_with`: a model whose
+    suggestions are shown beside the chosen model's from the start (the page's "Compare with…" choice)."""
     chat, writer, suggestions, history = ChatPanel(), WriterPanel(), SuggestionsPanel(), HistoryPanel()
-    others = [SuggestionsPanel(suffix=f"-{i}") for i in range(2, 2 + len(beside))]
+    second = SuggestionsPanel(suffix="-2", beside=True, visible=bool(compare_with))
     continuation, heatmap, why, sampling, constrain = (ContinuationPanel(), HeatmapPanel(), WhyPanel(),
                                                        SamplingPanel(), ConstrainPanel())
     with gr.Blocks(title="Interactive Lookahead") as demo:
+        compare = ComparePanel(compare_with)
         gr.Markdown(INTRODUCTION)
         history.build_state()
         with gr.Row(elem_id="main-row"):  # on a phone: the text, its suggestions and the plot first (page.css)
@@ -76,8 +77,9 @@ def build_page(beside: Sequence[str] = ()) -> tuple[gr.Blocks, dict]:
                 chat.build_switch()
                 chat.build()
                 writer.build()
-                for panel in (suggestions, *others):
-                    panel.build()
+                with gr.Row(elem_id="suggestion-panels"):  # side by side where both fit, else one under the other
+                    suggestions.build()
+                    second.build()
                 with gr.Column(elem_id="writer-tools"):
                     with gr.Row():
                         suggestions.build_refresh()
@@ -86,32 +88,34 @@ def build_page(beside: Sequence[str] = ()) -> tuple[gr.Blocks, dict]:
                     writer.build_append()
                     continuation.build()
                     history.build_tree()
-                    heatmap.build()
+                    heatmap.build(compare.other)
             with gr.Column(scale=2, elem_id="side-column"):
                 with gr.Column(elem_id="plot-column"):
-                    for panel in (suggestions, *others):
-                        panel.build_plot()
+                    suggestions.build_plot()
+                    second.build_plot()
                 why.build()
                 model = gr.Dropdown(cli.available_models(), value=cli.default_model_name(), label="Model",
                                     elem_id="model")
+                compare.build()
                 sampling.build()
                 constrain.build()
         panels = dict(chat=chat, writer=writer, suggestions=suggestions, history=history, continuation=continuation,
-                      heatmap=heatmap, why=why, sampling=sampling, constrain=constrain, beside=others)
-        wiring = Wiring({name: slot for panel in panels.values() if not isinstance(panel, list)
-                         for name, slot in panel.slots().items()})
+                      heatmap=heatmap, why=why, sampling=sampling, constrain=constrain, compare=compare,
+                      second=second)
+        wiring = Wiring({name: slot for panel in panels.values() if hasattr(panel, "slots")
+                         for name, slot in panel.slots().items() if panel is not second})
         context = Controls(Context, chat_mode=chat.mode, system_prompt=chat.system_prompt,
                            conversation=chat.state, model_name=model)
         constraints = Controls(Constraints, constraint=constrain.state, stops=continuation.stops)
         settings = Controls(Settings, shape=sampling.shape, sampling=sampling.sampling, context=context,
                             constraints=constraints, view=heatmap.controls)
         refresh = suggestions.wire(wiring, writer, settings)
-        for panel, name in zip(others, beside):
-            fixed = Controls(Context, chat_mode=chat.mode, system_prompt=chat.system_prompt, conversation=chat.state,
-                             model_name=gr.State(name))
-            panel.wire(wiring, writer, Controls(Settings, shape=sampling.shape, sampling=sampling.sampling,
-                                                context=fixed, constraints=constraints, view=None))
-            panel.follow(suggestions)
+        other = Controls(Context, chat_mode=chat.mode, system_prompt=chat.system_prompt, conversation=chat.state,
+                         model_name=compare.other)
+        second.wire(wiring, writer, Controls(Settings, shape=sampling.shape, sampling=sampling.sampling,
+                                             context=other, constraints=constraints, view=None))
+        second.follow(suggestions)
+        compare.wire(wiring, model, second)
         writer.wire(wiring, refresh)
         history.wire(wiring, demo, refresh, kept=["heatmap_on", "chat_mode", "chat_panel"])
         chat.wire(wiring, refresh)

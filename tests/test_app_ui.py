@@ -421,3 +421,60 @@ def test_why_shows_the_explained_window_and_why_its_probability_differs_from_the
     assert "⋯ 2 earlier tokens, outside the explained window" in view and ">one<" not in view
     assert "last <b>2 tokens</b>" in view and "37.4%" in view and "the plot's 28.1% reads the whole text" in view
     assert "the plot's" not in attribution_view(text, result, shown_prob=0.374)
+
+
+def test_a_comparison_colours_each_token_by_where_the_models_part_and_lists_where_they_part_most():
+    import math
+
+    from ui.heatmap import PARTING, PREFERENCE, bucket, heatmap_view, partings, with_comparison
+
+    text, result = scored(["The", " cat", " sat"], [None, 0.2, 0.7])
+    tokens = [{"logprob": [None, None], "js": None, "top": None},
+              {"logprob": [math.log(0.2), math.log(0.8)], "js": 0.6, "top": [" dog", " cat"]},
+              {"logprob": [math.log(0.7), math.log(0.7)], "js": 0.001, "top": [" sat", " sat"]}]
+    comparison = {"models": ["m", "/models/other"], "per": "token", "tokens": tokens, "words": None}
+    second = {"tokens": [{**t, "alternatives": [{"token_id": 5, "token": " y", "prob": 0.5}]}
+                         for t in result["tokens"]]}
+    merged = with_comparison(result, comparison, second)
+    assert [bucket(t, PARTING) for t in merged["tokens"]] == [None, 0, 4]
+    assert bucket(merged["tokens"][1], PREFERENCE) == 0, "the second model finds ' cat' 4x likelier: 2 bits"
+    assert merged["tokens"][1]["compared"]["log2_ratio"] == pytest.approx(2.0)
+    assert [p["text"] for p in partings(merged["places"], PARTING)] == [" cat", " sat"]
+    view = heatmap_view(text, merged, PARTING, 10)
+    assert "Where m and other part most" in view and "m would write &#x27;␣dog&#x27;" in view
+    assert "data-b=" in view and "0.600" in view
+
+
+def test_compared_per_word_each_token_takes_its_words_log_probability():
+    import math
+
+    from ui.heatmap import PARTING, PREFERENCE, bucket, with_comparison
+
+    text, result = scored(["The", " ca", "t", " sat"], [None, 0.2, 0.9, 0.7])
+    words = [{"start": 0, "end": 3, "text": "The", "logprob": [None, None]},
+             {"start": 3, "end": 7, "text": " cat", "logprob": [math.log(0.18), math.log(0.02)]},
+             {"start": 7, "end": 11, "text": " sat", "logprob": [math.log(0.5), math.log(0.5)]}]
+    merged = with_comparison(result, {"models": ["a", "b"], "per": "word", "tokens": None, "words": words}, None)
+    assert [t["compared"]["log2_ratio"] if t["compared"] else None for t in merged["tokens"]][1:] == pytest.approx(
+        [math.log2(0.02 / 0.18)] * 2 + [0.0])
+    assert bucket(merged["tokens"][1], PARTING) is None, "no divergence per word"
+    assert bucket(merged["tokens"][2], PREFERENCE) == 4, "the first model finds ' cat' 9x likelier"
+
+
+def test_a_second_models_panel_asks_nothing_while_none_is_chosen_or_for_what_it_shows():
+    from dataclasses import replace
+
+    from ui.controls import BranchShape, Constraints, Context, Settings
+    from ui.panels.compare import compare_with
+    from ui.panels.suggestions import suggest_beside
+
+    settings = Settings(BranchShape(5, 3, "greedy", 0, False), Sampling(), Context("plain text", None, None, ""),
+                        Constraints(None, None), None)
+    h = History.start("The cat", "m")
+    assert suggest_beside(Draft("The cat", "", "0"), None, h, settings, None) == gr.skip()
+    chosen = replace(settings, context=replace(settings.context, model_name="other"))
+    already = Suggestions("The cat", {}, None, 1, chosen)
+    assert suggest_beside(Draft("The cat", "", "0"), already, h, chosen, None) == gr.skip()
+    assert compare_with("m", "")["beside"] == [gr.update(visible=False)] * 2
+    shown_both = compare_with("m", "other")
+    assert shown_both["beside"] == [gr.update(visible=True)] * 2 and shown_both["headings"][1].endswith("other")

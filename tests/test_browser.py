@@ -41,7 +41,7 @@ def test_write_click_keyboard_and_undo(page):
     text = "The robot opened the door and saw"
     type_text(page, text)
     shown = expect_suggestions_for(page, text)
-    plot = page.locator("#distribution")
+    plot = page.locator("#plot .distribution")
     expect(plot).to_contain_text("%")
     expect(plot).to_contain_text("other")
     top = shown["distribution"][0]
@@ -165,7 +165,7 @@ def test_presets_forcing_undo_redo_fork_and_export_import(page, tmp_path):
         expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch))
     expect(page.locator("#status")).to_contain_text("branches sample (seed 0)")
     cut = [d for d in sampled["distribution"][:10] if not d["kept"]]
-    expect(page.locator("#distribution")).to_contain_text("cut" if cut else "→")
+    expect(page.locator("#plot .distribution")).to_contain_text("cut" if cut else "→")
     page.screenshot(path=SCREENSHOT.with_name("sampling.png"), full_page=True)
     page.locator("#preset").get_by_text("greedy").click()
     expect(page.locator("#status")).to_contain_text("branches greedy")
@@ -294,11 +294,11 @@ def test_switching_the_model_keeps_the_text_and_suggests_from_the_new_one(page, 
     expect_suggestions_for(page, text)
     tiny = tiny_model_dirs["llama"]
     page.locator("#model input").click()
-    page.get_by_role("option", name=tiny).click()
+    page.get_by_role("option", name=tiny, exact=True).click()
     expect_suggestions_for(page, text, model_name=tiny)
     expect(page.locator("#status")).to_contain_text(tiny)
     page.locator("#model input").click()
-    page.get_by_role("option", name=cli.default_model_name()).click()
+    page.get_by_role("option", name=cli.default_model_name(), exact=True).click()
     expect_suggestions_for(page, text)
 
 

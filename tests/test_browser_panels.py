@@ -1,37 +1,61 @@
-"""The page as panels: the suggestions panel built twice in one page, on two models, each driven in a real browser."""
+"""Two models side by side on the page: the "Compare with…" choice puts a second model's suggestions panel beside the
+first (under it on a phone), both following the text; either one's branch goes in; the heatmap colours the text by
+where they part. Driven in a real browser, against the engine's own answers."""
+
+from pathlib import Path
 
 import pytest
-from playwright.sync_api import sync_playwright
+from playwright.sync_api import expect, sync_playwright
 
+import custom_llm_inference as cli
 from browser import CHROMIUM, CHROMIUM_ARGS, expect_suggestions_for, inserted_at, type_text  # skips without chromium
 
 TEXT = "The keeper lit the lamp and"
+SHOTS = Path(__file__).resolve().parents[1] / "screenshots"
 
 
 @pytest.fixture(scope="module")
-def two_models_page(embedded, tiny_model_dirs):
-    """The page with the tiny Llama's suggestions beside the embedded model's."""
+def app_url(embedded, tiny_model_dirs):
+    """The page as `python app.py` serves it (no second model chosen)."""
     import app
 
-    tiny = tiny_model_dirs["llama"]
-    demo, panels = app.build_page(beside=[tiny])
+    demo, panels = app.build_page()
     _, url, _ = app.launch(demo, server_name="127.0.0.1", prevent_thread_lock=True, quiet=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.goto(url)
-        yield page, tiny, panels
-        browser.close()
+    yield url, panels
     demo.close()
 
 
-def test_two_models_answer_for_the_same_text_and_either_ones_branch_goes_in(two_models_page):
-    page, tiny, panels = two_models_page
-    assert [panel.suffix for panel in panels["beside"]] == ["-2"]
+@pytest.fixture
+def browser():
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+def choose_second_model(page, name: str) -> None:
+    page.locator("#compare-model input").click()
+    page.get_by_role("option", name=name, exact=True).click()
+
+
+def test_a_second_model_chosen_answers_beside_the_first_and_either_ones_branch_goes_in(app_url, browser,
+                                                                                       tiny_model_dirs):
+    url, panels = app_url
+    tiny = tiny_model_dirs["llama"]
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(url)
+    expect(page.locator("#suggestions-2")).to_be_hidden()
     type_text(page, TEXT)
     first = expect_suggestions_for(page, TEXT)
+    choose_second_model(page, tiny)
     beside = expect_suggestions_for(page, TEXT, model_name=tiny, panel="-2")
+    expect(page.locator("#plot-heading-2")).to_contain_text(tiny)
+    expect(page.locator("#plot-heading")).to_contain_text(cli.default_model_name())
+    one, two = (page.locator(f"#suggestions{panel}").bounding_box() for panel in ("", "-2"))
+    assert two["x"] >= one["x"] + one["width"] - 1 and abs(two["y"] - one["y"]) < 5, "side by side on a desktop"
     assert first["model"] != beside["model"]
+    expect(page.locator("#answer-sync-2")).to_be_hidden()  # the page's own bookkeeping never shows
+    page.screenshot(path=str(SHOTS / "compare-desktop.png"))
     page.locator("#branch-2-0").click()  # the tiny model's first branch
     taken, _ = inserted_at(TEXT, None, beside["branches"][0]["text"])
     expect_suggestions_for(page, taken, model_name=tiny, panel="-2")
@@ -40,3 +64,53 @@ def test_two_models_answer_for_the_same_text_and_either_ones_branch_goes_in(two_
     again, _ = inserted_at(taken, None, first["branches"][1]["text"])
     expect_suggestions_for(page, again)
     expect_suggestions_for(page, again, model_name=tiny, panel="-2")
+    expect(page.locator("body.suggestions-stale, body.suggestions-stale-2")).to_have_count(0)
+    choose_second_model(page, "nothing")
+    expect(page.locator("#suggestions-2")).to_be_hidden()
+    expect(page.locator("#plot-heading")).not_to_contain_text(cli.default_model_name())
+
+
+def test_the_heatmap_colours_the_text_by_where_the_two_models_part(app_url, browser, tiny_model_dirs):
+    url, _ = app_url
+    tiny = tiny_model_dirs["llama"]
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(url)
+    type_text(page, TEXT)
+    expect_suggestions_for(page, TEXT)
+    page.locator("#heatmap-on input").check()
+    page.get_by_label("where the models part").check()
+    expect(page.locator(".toast-body.warning")).to_contain_text("Choose a model to compare with first")
+    expect(page.get_by_label("probability")).to_be_checked()  # meanwhile the first model's colours
+    choose_second_model(page, tiny)
+    page.get_by_label("where the models part").check()
+    compared = cli.compare(TEXT, [cli.default_model_name(), tiny], k=1, n_branches=0, session="expected")
+    expect(page.locator("#heatmap")).to_contain_text("part most")
+    spans = page.locator("#heatmap-text .tk")
+    expect(spans).to_have_count(len(compared["tokens"]))
+    from ui.heatmap import PARTING, bucket
+
+    for i, token in enumerate(compared["tokens"]):
+        index = bucket({"compared": {"js": token["js"]}}, PARTING)
+        expect(spans.nth(i)).to_have_class(f"tk b{'u' if index is None else index}")
+    most = max(compared["tokens"][1:], key=lambda t: t["js"])
+    expect(page.locator("#disagreements div").first).to_contain_text(most["token"].strip())
+    spans.nth(compared["tokens"].index(most)).hover()
+    expect(page.locator(".second-model")).to_contain_text(f"{most['js']:.3f} bits apart")
+    page.screenshot(path=str(SHOTS / "compare-heatmap.png"), full_page=True)
+
+
+def test_on_a_phone_the_second_panel_comes_under_the_first(app_url, browser, tiny_model_dirs):
+    url, _ = app_url
+    tiny = tiny_model_dirs["llama"]
+    page = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page.goto(url)
+    type_text(page, TEXT)
+    expect_suggestions_for(page, TEXT)
+    choose_second_model(page, tiny)
+    expect_suggestions_for(page, TEXT, model_name=tiny, panel="-2")
+    one, two = (page.locator(f"#suggestions{panel}").bounding_box() for panel in ("", "-2"))
+    assert two["y"] >= one["y"] + one["height"] - 1, "one under the other"
+    assert one["width"] <= 390 and two["width"] <= 390, "nothing wider than the phone"
+    page.locator("#branch-2-0").tap()
+    expect(page.locator("#text textarea")).not_to_have_value(TEXT)
+    page.screenshot(path=str(SHOTS / "compare-phone.png"), full_page=True)

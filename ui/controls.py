@@ -110,6 +110,7 @@ class HeatmapView:
     colour_by: str
     threshold: float
     shown: Shown | None
+    compare_with: str | None = None  # the second model, for the colourings that compare two (ui/heatmap.py)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """The writer's text through the model's eyes: each token coloured by its probability (or its rank,
-as GLTR does), its alternatives on hover or focus, and where the model disagreed most.
+as GLTR does), its alternatives on hover or focus, and where the model disagreed most. With a second model
+chosen: coloured by where the two models part (the Jensen–Shannon divergence of their next-token
+distributions) or by which of them expects the writer's token more, and the places they part most.
 
 Plain data to HTML, like ui/render.py. Each token carries what its details line needs (probability,
 rank, entropy, alternatives) as compact JSON in data attributes, its colour as a bucket class. The
@@ -27,8 +29,17 @@ PROBABILITY_BUCKETS = [(0.5, "#86efac", "≥ 50%"), (0.1, "#d9f99d", "10–50%")
                        (0.001, "#fdba74", "0.1–1%"), (0.0, "#fca5a5", "< 0.1%")]
 RANK_BUCKETS = [(1, "#86efac", "top 1"), (10, "#fde68a", "top 10"), (100, "#fdba74", "top 100"),
                 (math.inf, "#fca5a5", "beyond")]
+# Where two models part: the divergence (bits) between their distributions before the token.
+PARTING_BUCKETS = [(0.5, "#fca5a5", "≥ 0.5 bits"), (0.2, "#fdba74", "0.2–0.5"), (0.05, "#fde68a", "0.05–0.2"),
+                   (0.01, "#d9f99d", "0.01–0.05"), (0.0, "#86efac", "< 0.01: agree")]
+# Which model expects the writer's token more: log2 of the second model's probability over the first's.
+PREFERENCE_BOUNDS = [(2.0, "#93c5fd", "{b} ≥ 4× likelier"), (0.5, "#dbeafe", "{b} 1.4–4×"),
+                     (-0.5, "#f5f5f5", "about equal"), (-2.0, "#fed7aa", "{a} 1.4–4×"),
+                     (-math.inf, "#fdba74", "{a} ≥ 4× likelier")]
 UNSCORED_COLOR = "transparent"
-MODES = ("probability", "rank")
+PARTING, PREFERENCE = "where the models part", "which model expects it"
+COMPARING = (PARTING, PREFERENCE)  # these need a second model (the "Compare with…" choice)
+MODES = ("probability", "rank", *COMPARING)
 
 TOKEN_STYLE = "border-radius:3px;cursor:pointer;padding:1px 0;color:#111"  # every token's, in the <style> block
 TEXT_STYLE = "white-space:pre-wrap;font:14px/1.9 ui-monospace,monospace;max-height:360px;overflow:auto"
@@ -44,8 +55,26 @@ HEATMAP_TEMPLATE = '<div class="heatmap-view"></div>'
 HEATMAP_JS = static("heatmap.js")
 
 
+def buckets(mode: str, models: list[str] | None = None) -> list[tuple[float, str, str]]:
+    """(lower bound, colour, label) of each of `mode`'s buckets; a comparison's labels name its two models."""
+    if mode == PREFERENCE:
+        a, b = (short_name(name) for name in models)
+        return [(bound, colour, label.format(a=a, b=b)) for bound, colour, label in PREFERENCE_BOUNDS]
+    return {"rank": RANK_BUCKETS, PARTING: PARTING_BUCKETS}.get(mode, PROBABILITY_BUCKETS)
+
+
+def short_name(model_name: str) -> str:
+    """A model's name as a legend says it: a Hub id or folder without the path before it."""
+    return model_name.rstrip("/").rsplit("/", 1)[-1]
+
+
 def bucket(token: dict, mode: str) -> int | None:
     """The index of a token's bucket under `mode` (None: nothing before it to score it by)."""
+    if mode in COMPARING:
+        value = (token.get("compared") or {}).get("js" if mode == PARTING else "log2_ratio")
+        if value is None:
+            return None
+        return next(i for i, (bound, _, _) in enumerate(buckets(mode, ["", ""])) if value >= bound)
     if token["prob"] is None:
         return None
     if mode == "rank":
@@ -86,32 +115,41 @@ def heatmap_message(text: str, result: dict, mode: str, threshold: float, before
     keep = next((i for i, (a, b) in enumerate(zip(old, tokens)) if a != b), min(len(old), len(tokens)))
     return _message({
         "id": shown.id, "base": before.id, "keep": keep, "first": first, "earlier": earlier_view(first),
-        "spans": "".join(token_span(text, tokens[i], i, mode) for i in range(max(keep, first), len(tokens))),
-        "disagreements": disagreements_view(tokens, threshold),
+        "spans": "".join(token_span(text, tokens[i], i, mode, result.get("models")) for i in range(max(keep, first),
+                                                                                               len(tokens))),
+        "disagreements": places_view(result, mode, threshold),
     }), shown
+
+
+def places_view(result: dict, mode: str, threshold: float) -> str:
+    """Under the text: where the two models part most, when comparing; else where the model disagreed."""
+    return partings_view(result, mode) if mode in COMPARING else disagreements_view(result["tokens"], threshold)
 
 
 def heatmap_view(text: str, result: dict, mode: str, threshold: float) -> str:
     """The coloured text (its last HEATMAP_TOKENS tokens), a legend, the details line, and the disagreements."""
-    tokens = result["tokens"]
+    tokens, models = result["tokens"], result.get("models")
     first = max(0, len(tokens) - HEATMAP_TOKENS)
-    spans = "".join(token_span(text, tokens[i], i, mode) for i in range(first, len(tokens)))
-    buckets = RANK_BUCKETS if mode == "rank" else PROBABILITY_BUCKETS
+    spans = "".join(token_span(text, tokens[i], i, mode, models) for i in range(first, len(tokens)))
+    shades = buckets(mode, models)
     legend = " ".join(
         f'<span style="background:{c};color:#111;border-radius:3px;padding:0 6px">{label}</span>'
-        for _, c, label in buckets
+        for _, c, label in shades
     )
-    colours = " ".join(f"#heatmap .b{i} {{ background: {c} }}" for i, (_, c, _) in enumerate(buckets))
+    colours = " ".join(f"#heatmap .b{i} {{ background: {c} }}" for i, (_, c, _) in enumerate(shades))
+    by = (f"where {short_name(models[0])} and {short_name(models[1])} part" if mode == PARTING else
+          f"which of {short_name(models[0])} and {short_name(models[1])} expects each "
+          + ("word" if result["per"] == "word" else "token") + " more") if mode in COMPARING else mode
     return (
         f"<style>#heatmap .tk {{ {TOKEN_STYLE} }} #heatmap .bu {{ background: {UNSCORED_COLOR} }} {colours}"
         f" #heatmap .alt {{ {ALT_STYLE} }} #heatmap .tk[data-selected] {{ outline: 2px solid var(--color-accent) }}"
         f" #heatmap .tk:focus {{ outline: 2px solid var(--color-accent) }}</style>"
-        f'<div style="font-size:12px;margin-bottom:6px">Colour by {mode}: {legend}</div>'
+        f'<div style="font-size:12px;margin-bottom:6px">Colour by {html.escape(by)}: {legend}</div>'
         f'<div id="token-details" style="{DETAILS_STYLE}">Hover over a token (or focus it) to see what the model '
         "expected there; click an alternative to rewind to it, or “why the first?” to see what led the model to "
         "it.</div>"
         f'<div id="heatmap-text" style="{TEXT_STYLE}">{earlier_view(first)}{spans}</div>'
-        + disagreements_view(tokens, threshold)
+        + places_view(result, mode, threshold)
     )
 
 
@@ -121,21 +159,33 @@ def earlier_view(first: int) -> str:
             if first else "")
 
 
-def token_span(text: str, token: dict, i: int, mode: str) -> str:
-    """Token `i` as shown: its piece of the text in its bucket's colour, with its details in data attributes."""
+def token_span(text: str, token: dict, i: int, mode: str, models: list[str] | None = None) -> str:
+    """Token `i` as shown: its piece of the text in its bucket's colour, with its details in data attributes (and,
+    comparing, the second model's view of it: `data-b`)."""
     piece = text[token["start"] : token["end"]]
     if not piece:
         return ""  # a later piece of a character split over several tokens: the first shows it
     index = bucket(token, mode)
-    buckets = RANK_BUCKETS if mode == "rank" else PROBABILITY_BUCKETS
-    details = [visible(token["token"])] if index is None else [
-        visible(token["token"]), percent(token["prob"]), token["rank"], buckets[index][2], f"{token['entropy']:.2f}"
+    label = None if index is None else buckets(mode, models)[index][2]
+    details = [visible(token["token"])] if token["prob"] is None else [
+        visible(token["token"]), percent(token["prob"]), token["rank"], label or "", f"{token['entropy']:.2f}"
     ]
+    compared = token.get("compared")
+    other = ("" if mode not in COMPARING or not compared else
+             f" data-b='{attribute_json(second_view(compared, models))}'")
     return (
         f'<span class="tk b{"u" if index is None else index}" tabindex="0" data-i="{i}" '
-        f"data-s='{attribute_json(details)}' data-a='{attribute_json(alternatives(token))}'>"
+        f"data-s='{attribute_json(details)}' data-a='{attribute_json(alternatives(token))}'{other}>"
         f"{html.escape(shown_text(piece))}</span>"
     )
+
+
+def second_view(compared: dict, models: list[str]) -> list:
+    """What the details line says of the second model at a token: its name, its probability of the token (of the
+    word, per word), the divergence, and its own first choices as [id, text, probability]."""
+    prob = compared["prob"]
+    return [short_name(models[1]), None if prob is None else percent(prob),
+            None if compared.get("js") is None else f"{compared['js']:.3f}", compared.get("alternatives") or []]
 
 
 def _message(fields: dict) -> str:
@@ -161,6 +211,72 @@ def disagreements(tokens: list[dict], threshold: float) -> list[tuple[float, int
         if t["prob"] and t["rank"] > 1 and t["alternatives"][0]["prob"] >= threshold * t["prob"]
     ]
     return sorted(gaps, reverse=True)[:DISAGREEMENTS]
+
+
+def partings(units: list[dict], mode: str) -> list[dict]:
+    """The places where the models part most: by divergence, or by how much likelier one finds the writer's text."""
+    key = "js" if mode == PARTING else "log2_ratio"
+    scored = [unit for unit in units if unit.get(key) is not None]
+    return sorted(scored, key=lambda unit: abs(unit[key]), reverse=True)[:DISAGREEMENTS]
+
+
+def partings_view(result: dict, mode: str) -> str:
+    """Where the two models part most, each place with both models' probability of the writer's text there and,
+    per token, what each would have written instead."""
+    a, b = (short_name(name) for name in result["models"])
+    rows = []
+    for unit in partings(result["places"], mode):
+        probs = " · ".join(f"{name}: {'—' if p is None else percent(p)}" for name, p in zip((a, b), unit["probs"]))
+        tops = ("" if not unit.get("top") else
+                f" — {html.escape(a)} would write {html.escape(repr(visible(unit['top'][0])))}, "
+                f"{html.escape(b)} {html.escape(repr(visible(unit['top'][1])))}")
+        js = "" if unit.get("js") is None else f" · {unit['js']:.3f} bits apart"
+        rows.append(f'<div style="margin:2px 0"><b>{html.escape(visible(unit["text"]))}</b> ({html.escape(probs)})'
+                    f"{tops}{js}</div>")
+    per = " (per word: their tokenizers differ)" if result["per"] == "word" else ""
+    heading = (f"<b>Where {html.escape(a)} and {html.escape(b)} part most</b>{per}" if mode == PARTING else
+               f"<b>Where one of {html.escape(a)} and {html.escape(b)} expects your text far more</b>{per}")
+    body = "".join(rows) or '<div style="color:var(--body-text-color-subdued)">Nowhere yet.</div>'
+    return f'<div id="disagreements" style="margin-top:10px;font-size:13px">{heading}{body}</div>'
+
+
+def with_comparison(result: dict, comparison: dict, second: dict | None) -> dict:
+    """The first model's token listing (`result`), each token with how the second model sees it (`compared`): its
+    probability (of the token's word, per word) and, per token, its first choices (`second`'s listing) and the
+    divergence; and the places to list where they part (`places`), tokens or words."""
+    per_word = comparison["per"] == "word"
+    units = comparison["words"] if per_word else comparison["tokens"]
+    places = [place(unit, result["tokens"][i]["token"] if not per_word else unit["text"]) for i, unit in
+              enumerate(units)]
+    word_of = _unit_at(units, result["tokens"]) if per_word else list(range(len(units)))
+    tokens = []
+    for i, token in enumerate(result["tokens"]):
+        shared = places[word_of[i]] if word_of[i] is not None else None
+        alternatives = second["tokens"][i]["alternatives"] if second else None
+        compared = None if shared is None else {
+            "prob": shared["probs"][1], "js": shared.get("js"), "log2_ratio": shared["log2_ratio"],
+            "alternatives": [[a["token_id"], visible(a["token"]), percent(a["prob"])] for a in alternatives or []]}
+        tokens.append({**token, "compared": compared})
+    return {**result, "tokens": tokens, "models": comparison["models"], "per": comparison["per"], "places": places}
+
+
+def place(unit: dict, text: str) -> dict:
+    """A token or word of the comparison as the list of partings shows it."""
+    logprobs = unit["logprob"]
+    known = None not in logprobs
+    return {"text": text, "probs": [None if lp is None else math.exp(lp) for lp in logprobs],
+            "log2_ratio": (logprobs[1] - logprobs[0]) / math.log(2) if known else None,
+            "js": unit.get("js"), "top": unit.get("top")}
+
+
+def _unit_at(units: list[dict], tokens: list[dict]) -> list[int | None]:
+    """For each token (by its end), the index of the word it ends in (None before any)."""
+    found, j = [], 0
+    for token in tokens:
+        while j < len(units) and units[j]["end"] < token["end"]:
+            j += 1
+        found.append(j if j < len(units) else None)
+    return found
 
 
 def disagreements_view(tokens: list[dict], threshold: float) -> str:

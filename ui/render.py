@@ -95,7 +95,7 @@ def distribution_plot(distribution: list[dict], forced: str | None = None) -> st
                if entry else "")
             + "</div>"
         )
-    return f'<div id="distribution">{legend}{"".join(html_rows)}</div>'
+    return f'<div class="distribution">{legend}{"".join(html_rows)}</div>'
 
 
 def tree_view(history: History, rows: int = TREE_ROWS) -> str:

@@ -38,17 +38,21 @@ class Update(TypedDict, total=False):
     text_box: str | dict
     caret_sync: str
     text_base: str
-    answer_sync: str
     extra_box: str
     # one model's suggestions (ui/panels/suggestions.py)
     shown_state: Suggestions | None
     follow_up: int
     answered: int
+    answer_sync: str
     marker: str
+    heading: str
     branches: list[dict]  # a gr.update per branch shown; the buttons past them are hidden
     status: str
     read_timer: gr.Timer
     plot: str
+    # the second model's panel beside the first (ui/panels/compare.py): its columns, and both plots' headings
+    beside: list[dict]
+    headings: list[str]
     # history (ui/panels/history.py)
     history_state: History
     tree: str
@@ -67,6 +71,7 @@ class Update(TypedDict, total=False):
     heatmap: str
     heatmap_state: Shown | None
     heatmap_on: bool
+    heatmap_mode: str
     # why (ui/panels/why.py)
     why: str
     why_state: dict | None

@@ -14,7 +14,7 @@ import custom_llm_inference as cli
 from history import History
 from ui.controls import Context, Controls, HeatmapView
 from ui.errors import refuse
-from ui.heatmap import HEATMAP_JS, HEATMAP_TEMPLATE, MODES, Shown, heatmap_message
+from ui.heatmap import COMPARING, HEATMAP_JS, HEATMAP_TEMPLATE, MODES, Shown, heatmap_message, with_comparison
 from ui.panels.history import EDITED, edited
 from ui.wiring import Update, Wiring, session_key
 
@@ -30,14 +30,47 @@ def show_heatmap(
     """
     if not view.on or not text:
         return {"heatmap": "", "heatmap_state": None}
+    if view.colour_by in COMPARING and not view.compare_with:  # no second model (any more): the first's colours
+        view = replace(view, colour_by=MODES[0])
     shown = view.shown
-    if rescore or not shown or shown.text != text or shown.result["model"] != context.model_name:
-        result = cli.token_probabilities(text, HEATMAP_ALTERNATIVES, session=session_key(request),
-                                         model_name=context.model_name, messages=context.messages)
+    comparing = view.colour_by in COMPARING
+    if (rescore or not shown or shown.text != text or shown.result["model"] != context.model_name
+            or comparing and shown.result.get("models") != [context.model_name, view.compare_with]):
+        result = scores(text, view, context, session_key(request))
     else:
         result = shown.result
     message, shown = heatmap_message(text, result, view.colour_by, view.threshold, shown)
     return {"heatmap": message, "heatmap_state": shown}
+
+
+def scores(text: str, view: HeatmapView, context: Context, session: str) -> dict:
+    """The first model's listing of the text's tokens; comparing, with how the second model sees each."""
+    asked = dict(session=session, messages=context.messages)
+    result = cli.token_probabilities(text, HEATMAP_ALTERNATIVES, model_name=context.model_name, **asked)
+    if view.colour_by not in COMPARING:
+        return result
+    models = [context.model_name or cli.default_model_name(), view.compare_with]
+    comparison = cli.compare(text, models, k=1, n_branches=0, **asked)
+    second = (cli.token_probabilities(text, HEATMAP_ALTERNATIVES, model_name=models[1], **asked)
+              if comparison["per"] == "token" else None)
+    return with_comparison(result, comparison, second)
+
+
+def colour(text: str, view: HeatmapView, context: Context, request: gr.Request) -> Update:
+    """The heatmap in the colouring chosen; one that compares two models while no second model is chosen says how
+    to choose one and colours by probability meanwhile."""
+    if view.colour_by in COMPARING and not view.compare_with:
+        gr.Warning("Choose a model to compare with first (“Compare with…”, under Model).")
+        return {**show_heatmap(text, view, context, request), "heatmap_mode": MODES[0]}
+    return show_heatmap(text, view, context, request)
+
+
+def recolour(text: str, view: HeatmapView, context: Context, request: gr.Request) -> Update:
+    """Another second model chosen: a comparison's colours for it; none chosen: the first model's probabilities."""
+    if view.colour_by not in COMPARING:
+        return gr.skip()
+    return {**show_heatmap(text, view, context, request),
+            "heatmap_mode": view.colour_by if view.compare_with else MODES[0]}
 
 
 def resend_heatmap(text: str, view: HeatmapView, context: Context, request: gr.Request) -> Update:
@@ -70,7 +103,8 @@ def rewind(heatmap_shown: Shown | None, history: History, event: gr.EventData) -
 
 
 class HeatmapPanel:
-    def build(self) -> None:
+    def build(self, compare_with: gr.Dropdown) -> None:
+        """The view and its controls; `compare_with`: the page's choice of a second model (its colourings)."""
         with gr.Accordion("Your text through the model's eyes", open=True, elem_id="heatmap-panel"):
             with gr.Row(equal_height=True):
                 self.on = gr.Checkbox(False, label="Colour my text by the model's probabilities", elem_id="heatmap-on")
@@ -80,16 +114,20 @@ class HeatmapPanel:
             self.view = gr.HTML("", html_template=HEATMAP_TEMPLATE, elem_id="heatmap", js_on_load=HEATMAP_JS)
             self.resync = gr.Button(elem_id="heatmap-resync")  # hidden: pressed by HEATMAP_JS
         self.state = gr.State(None)  # what the page's heatmap shows (ui/heatmap.py's Shown)
+        self.compare_with = compare_with
         self.controls = Controls(HeatmapView, on=self.on, colour_by=self.mode, threshold=self.threshold,
-                                 shown=self.state)
+                                 shown=self.state, compare_with=compare_with)
 
     def slots(self) -> dict:
-        return {"heatmap": self.view, "heatmap_state": self.state, "heatmap_on": self.on}
+        return {"heatmap": self.view, "heatmap_state": self.state, "heatmap_on": self.on, "heatmap_mode": self.mode}
 
     def wire(self, wiring: Wiring, context: Controls, refresh: dict) -> None:
         inputs = dict(text="text_box", view=self.controls, context=context)
+        # always_last: a colouring chosen while the heatmap is being turned on is shown after it (not dropped)
         gr.on([self.on.input, self.mode.input, self.threshold.release],
-              **wiring.handler(show_heatmap, inputs, ["heatmap", "heatmap_state"]))
+              **wiring.handler(colour, inputs, ["heatmap", "heatmap_state", "heatmap_mode"],
+                               trigger_mode="always_last"))
+        self.compare_with.input(**wiring.handler(recolour, inputs, ["heatmap", "heatmap_state", "heatmap_mode"]))
         self.resync.click(**wiring.handler(resend_heatmap, inputs, ["heatmap", "heatmap_state"]))
         self.view.select(**wiring.handler(rewind, dict(heatmap_shown=self.state, history="history_state"),
                                           EDITED)).success(**refresh)

@@ -28,10 +28,11 @@ from ui.panels.heatmap import show_heatmap
 from ui.panels.history import edited, history_shown
 from ui.preparing import Preparation
 from ui.render import branch_label, caret_marker, distribution_plot, first_word
-from ui.scripts import CLICK_TOKEN_JS
+from ui.scripts import ANSWER_JS, CLICK_TOKEN_JS
 from ui.wiring import EXPLANATIONS_AT_ONCE, Update, Wiring, session_key
 
 MAX_BUTTONS = 10  # the n_branches slider's maximum; buttons beyond n_branches are hidden
+MIN_WIDTH = 320  # px of a panel's column: two side by side where there is room for both, else one under the other
 # While a long text is read, partial suggestions (lookahead/reading.py) are asked again this often, to show the
 # read's progress and, once it ends, the exact suggestions.
 READ_POLL_SECONDS = 1.0
@@ -55,6 +56,7 @@ class Suggestions(NamedTuple):
     # suggestions at a caret (complete_at_caret, through `follow_up`) must follow every answer, one equal to the last
     # included; the page's stale mark clears by it too (answer_mark).
     serial: int = 0
+    settings: Settings | None = None  # what they were asked with (a second model's panel asks no more for the same)
 
     @property
     def place(self) -> Place:
@@ -134,6 +136,11 @@ def fit_after() -> bool:
     return not cli.backend().capabilities.cheap_fit
 
 
+def plot_heading(model_name: str | None) -> str:
+    """The heading over a panel's plot: with its model's name where two models' plots are shown."""
+    return "**Next token**" + (f" · {model_name}" if model_name else "")
+
+
 def answer_mark(serial: int, text: str) -> str:
     """What tells the page an answer arrived and for which text (answer.js compares it with the box's text): its
     number, and the CRC-32 of the text's UTF-16 code units, as the browser holds them."""
@@ -165,7 +172,7 @@ def suggestions_for(place: Place, settings: Settings, request: gr.Request) -> tu
     ms = 1000 * (time.perf_counter() - start)
     if settings.shape.by_fit:
         result = {**result, "branches": ordered_by_fit(result["branches"])}
-    return Suggestions(place.text, result, place.caret, next(ANSWERS)), ms
+    return Suggestions(place.text, result, place.caret, next(ANSWERS), settings), ms
 
 
 def heatmap_after(text: str, settings: Settings, request: gr.Request) -> Update:
@@ -214,6 +221,20 @@ def suggest(draft: Draft, history: History, settings: Settings, request: gr.Requ
             **heat, "text_base": str(history.current), "answer_sync": answer_mark(shown.serial, text),
             "answered": shown.serial,
             **({"follow_up": shown.serial} if shown.caret is not None and not result["partial"] else {})}
+
+
+def suggest_beside(
+    draft: Draft, shown: Suggestions | None, history: History, settings: Settings, request: gr.Request
+) -> Update:
+    """A second model's panel, after each answer of the first's: nothing while no model is chosen for it, nor where
+    its suggestions on screen were made for this text, caret and settings already (its own click brought them,
+    before the first panel's refresh that follows the click)."""
+    if not settings.context.model_name:
+        return gr.skip()
+    text = draft.newest(history)
+    if shown and (shown.text, shown.caret, shown.settings) == (text, caret_in(text, draft.caret), settings):
+        return gr.skip()
+    return suggest(draft, history, settings, request)
 
 
 def suggest_at_moved_caret(draft: Draft, history: History, settings: Settings, request: gr.Request) -> Update:
@@ -347,12 +368,22 @@ def force_token(
 class SuggestionsPanel:
     """One model's suggestions: built where the page places them (`build`, then `build_plot` for the plot)."""
 
-    def __init__(self, suffix: str = "") -> None:
+    def __init__(self, suffix: str = "", beside: bool = False, visible: bool = True) -> None:
         self.suffix = suffix  # on the components' elem_ids, for a second panel on one page
+        self.beside = beside  # a second model's, following the first's answers (`follow`)
+        self.visible = visible  # at first (ui/panels/compare.py shows a second model's as one is chosen)
         self.refresh_button: gr.Button | None = None  # the first panel's: Ctrl+Enter presses it
 
     def build(self) -> None:
-        """The caret's marker, the branch buttons and the status line, under the text."""
+        """The caret's marker, the branch buttons and the status line, under the text, in a column of their own
+        (beside another model's, or under it on a narrow screen)."""
+        # Each answer's mark: the page marks this panel's suggestions stale on an edit until the next one arrives
+        # (outside the column: a hidden box in a column shown later would show too).
+        self.answer_sync = gr.Textbox(visible="hidden", elem_id=f"answer-sync{self.suffix}")
+        with gr.Column(visible=self.visible, min_width=MIN_WIDTH, elem_id=f"suggestions{self.suffix}") as self.column:
+            self._build()
+
+    def _build(self) -> None:
         self.shown_state = gr.State(None)  # the Suggestions behind the buttons on screen
         self.follow_up = gr.State(None)  # the number of suggestions at a caret, which their fit and heatmap follow
         self.answered = gr.State(None)  # the number of the answer shown, which another model's panel follows
@@ -368,12 +399,13 @@ class SuggestionsPanel:
         self.refresh_button = gr.Button("Refresh", elem_id=f"refresh{self.suffix}", size="sm")
 
     def build_plot(self) -> None:
-        gr.Markdown("**Next token**")
-        self.plot = gr.HTML(elem_id=f"plot{self.suffix}", js_on_load=CLICK_TOKEN_JS)
+        with gr.Column(visible=self.visible, elem_id=f"plot-panel{self.suffix}") as self.plot_column:
+            self.heading = gr.Markdown(plot_heading(None), elem_id=f"plot-heading{self.suffix}")
+            self.plot = gr.HTML(elem_id=f"plot{self.suffix}", js_on_load=CLICK_TOKEN_JS)
 
     def slots(self) -> dict:
         return {"shown_state": self.shown_state, "follow_up": self.follow_up, "answered": self.answered,
-                "marker": self.marker,
+                "answer_sync": self.answer_sync, "marker": self.marker, "heading": self.heading,
                 "branches": self.buttons, "status": self.status, "read_timer": self.read_timer, "plot": self.plot}
 
     def wire(self, wiring: Wiring, writer, settings: Controls) -> dict:
@@ -388,12 +420,18 @@ class SuggestionsPanel:
         # A refresh asked while the session's Continue writes is skipped: the Continue refreshes when it ends.
         # always_last: while one update runs, only the newest of those asked meanwhile runs next (with its own
         # text: two quick undos refresh for the text of the second, which "once", gradio's default, would drop).
-        refresh = wiring.handler(suggest, dict(draft=draft, history=history, settings=settings), outputs,
-                                 while_continuing=gr.skip, trigger_mode="always_last")
-        writer.text_edited.click(**refresh)
-        writer.caret_moved.click(**wiring.handler(
-            suggest_at_moved_caret, dict(draft=draft, history=history, settings=settings), outputs,
-            while_continuing=gr.skip, trigger_mode="always_last"))
+        # A second model's panel follows the first's answers (`follow`), not the writer's edits and caret moves: its
+        # refresh never asks while no model is chosen for it, and never stops the first panel's fit.
+        asked = (dict(fn=suggest_beside, inputs=dict(draft=draft, shown="shown_state", history=history,
+                                                     settings=settings), cancels_fit=False) if self.beside else
+                 dict(fn=suggest, inputs=dict(draft=draft, history=history, settings=settings)))
+        refresh = wiring.handler(**asked, outputs=outputs, while_continuing=gr.skip, trigger_mode="always_last")
+        self.answer_sync.change(None, self.answer_sync, None, js=f"(answer) => ({ANSWER_JS})(answer, {self.suffix!r})")
+        if not self.beside:
+            writer.text_edited.click(**refresh)
+            writer.caret_moved.click(**wiring.handler(
+                suggest_at_moved_caret, dict(draft=draft, history=history, settings=settings), outputs,
+                while_continuing=gr.skip, trigger_mode="always_last"))
         if self.refresh_button is not None:
             self.refresh_button.click(**refresh)
         # While a long text is read: the progress, then the exact suggestions, without greying the page each second.

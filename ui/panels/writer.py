@@ -12,7 +12,7 @@ from ui.errors import refuse
 from ui.insertion import Place, caret_in, inserted
 from ui.panels.history import DEFAULT_TEXT, EDITED, edited
 from ui.panels.suggestions import Suggestions, node_settings
-from ui.scripts import ANSWER_JS, PLACE_CARET_JS
+from ui.scripts import PLACE_CARET_JS
 from ui.wiring import Update, Wiring
 
 
@@ -36,8 +36,6 @@ class WriterPanel:
         # The history node whose text the session last put in the box ("~N" once the writer edits: keyboard.js),
         # so that an event sent before the answer to the one ahead of it acts on the newest text (Draft.newest).
         self.text_base = gr.Textbox("0", visible="hidden", elem_id="text-base")
-        # Each answer's number: the page marks the suggestions stale on an edit until the next one arrives.
-        self.answer_sync = gr.Textbox(visible="hidden", elem_id="answer-sync")
         self.draft = Controls(Draft, text=self.text_box, caret=self.caret_sync, base=self.text_base)
 
     def build_keys(self) -> None:
@@ -54,11 +52,10 @@ class WriterPanel:
 
     def slots(self) -> dict:
         return {"text_box": self.text_box, "caret_sync": self.caret_sync, "text_base": self.text_base,
-                "answer_sync": self.answer_sync, "extra_box": self.extra_box}
+                "extra_box": self.extra_box}
 
     def wire(self, wiring: Wiring, refresh: dict) -> None:
         self.caret_sync.change(None, self.caret_sync, None, js=PLACE_CARET_JS)  # an insertion moved the caret
-        self.answer_sync.change(None, self.answer_sync, None, js=ANSWER_JS)  # the suggestions are fresh again
         gr.on([self.append.click, self.extra_box.submit], **wiring.handler(
             append_text, dict(draft=self.draft, extra=self.extra_box, shown="shown_state", history="history_state"),
             [*EDITED, "extra_box"])).success(**refresh)

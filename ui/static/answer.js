@@ -1,6 +1,7 @@
-// An event's js= (the hidden #answer-sync box changed: suggestions arrived, as "serial:crc32" of the text they are
-// for, its UTF-16 code units as little-endian bytes: app.answer_mark). Once the text box shows that text, the
-// suggestions on screen are no longer stale (keyboard.js marks them so on an edit or a click).
+// An event's js= (a panel's hidden #answer-sync box changed: suggestions arrived, as "serial:crc32" of the text they
+// are for, its UTF-16 code units as little-endian bytes: suggestions.answer_mark), with the panel's suffix ("" for
+// the first, "-2" for a second model's). Once the text box shows that text, the panel's suggestions on screen are no
+// longer stale (keyboard.js marks every panel's so on an edit or a click).
 (() => {
   const TABLE = Array.from({ length: 256 }, (_, n) => {
     let c = n;
@@ -17,11 +18,11 @@
     }
     return (crc ^ 0xffffffff) >>> 0;
   };
-  return (answer) => {
+  return (answer, panel = "") => {
     requestAnimationFrame(() => requestAnimationFrame(() => {
       const box = document.querySelector("#text textarea");
       const crc = String(answer || "").split(":")[1];
-      if (box && crc === String(crc32(box.value))) document.body.classList.remove("suggestions-stale");
+      if (box && crc === String(crc32(box.value))) document.body.classList.remove("suggestions-stale" + panel);
     }));
     return answer;
   };

@@ -38,6 +38,17 @@ const apply = (message) => {
 watch('value', () => apply(props.value));
 apply(props.value);
 const details = () => element.querySelector('#token-details');
+// An alternative as a button (the first model's: a click rewinds to it) or a label (the second model's), its
+// probability drawn as a bar behind it, so two models' choices read side by side.
+const choice = (tag, [id, text, prob], index) => {
+  const item = document.createElement(tag);
+  item.className = 'alt';
+  if (tag === 'button') { item.dataset.index = index; item.dataset.tokenId = id; }
+  item.textContent = `${text} ${prob}`;
+  const width = Math.max(parseFloat(prob) || 0, 0);  // "< 0.01%" draws no bar
+  item.style.backgroundImage = `linear-gradient(to right, var(--color-accent-soft, #dbeafe) ${width}%, transparent ${width}%)`;
+  return item;
+};
 const show = (token) => {
   const box = details();
   if (!token || !box) return;
@@ -47,16 +58,9 @@ const show = (token) => {
   const head = document.createElement('div');
   const [text, prob, rank, label, entropy] = JSON.parse(token.dataset.s);
   head.textContent = prob === undefined ? `${text}: nothing before it to predict it from`
-    : `${text}: ${prob}, rank ${rank} (${label}), entropy ${entropy} bits. The model's top choices:`;
+    : `${text}: ${prob}, rank ${rank}${label ? ` (${label})` : ''}, entropy ${entropy} bits. The model's top choices:`;
   box.appendChild(head);
-  for (const [id, text, prob] of JSON.parse(token.dataset.a || '[]')) {
-    const button = document.createElement('button');
-    button.className = 'alt';
-    button.dataset.index = token.dataset.i;
-    button.dataset.tokenId = id;
-    button.textContent = `${text} ${prob}`;
-    box.appendChild(button);
-  }
+  for (const alternative of JSON.parse(token.dataset.a || '[]')) box.appendChild(choice('button', alternative, token.dataset.i));
   if (prob !== undefined) {
     const why = document.createElement('button');
     why.className = 'alt why-token';
@@ -64,6 +68,15 @@ const show = (token) => {
     why.textContent = 'why the first?';
     why.title = "What in the text before it made the model expect its first choice here";
     box.appendChild(why);
+  }
+  if (token.dataset.b) {  // a second model's view of the token (comparing two models)
+    const [name, itsProb, js, alternatives] = JSON.parse(token.dataset.b);
+    const line = document.createElement('div');
+    line.className = 'second-model';
+    line.textContent = `${name}: ${itsProb ?? '—'}` + (js ? `, ${js} bits apart` : '')
+      + (alternatives.length ? '. Its top choices:' : '');
+    box.appendChild(line);
+    for (const alternative of alternatives) box.appendChild(choice('span', alternative));
   }
 };
 element.addEventListener('mouseover', (e) => show(e.target.closest('.tk')));

@@ -12,7 +12,12 @@
 // the session last put in the box; an edit marks it ("~N"), so the server takes the box's text as the writer's.
 const CARET_PAUSE_MS = 350;
 const caretSync = () => document.querySelector("#caret-sync textarea, #caret-sync input");
-const markStale = () => document.body.classList.add("suggestions-stale");
+// Every panel's (a second model's too): "suggestions-stale" and the panel's suffix, as its answer box is named.
+const markStale = () => {
+  for (const box of document.querySelectorAll("[id^=answer-sync]")) {
+    document.body.classList.add("suggestions-stale" + box.id.slice("answer-sync".length));
+  }
+};
 
 function writerEdited() {
   markStale();
@@ -52,7 +57,7 @@ document.addEventListener("input", (e) => {
 });
 // Taking a branch or a plot token (a click, a tap, Alt+1…9): new suggestions are on their way.
 document.addEventListener("click", (e) => {
-  if (e.target.closest && e.target.closest(".branch-btn, #distribution [data-token-id]") && !e.target.closest(".why")) {
+  if (e.target.closest && e.target.closest(".branch-btn, .distribution [data-token-id]") && !e.target.closest(".why")) {
     markStale();
   }
 }, true);
