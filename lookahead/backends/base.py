@@ -2,6 +2,8 @@
 
   InProcess    (lookahead/backends/in_process.py)   the model in this process; each session's KV cache kept here
   VLLMBackend  (lookahead/backends/server/vllm.py)  a vLLM server, through its OpenAI-compatible API
+  LlamaCppBackend  (lookahead/backends/server/llama_cpp.py)  llama.cpp's llama-server, or llama-cpp-python's
+  OpenAIBackend  (lookahead/backends/server/openai.py)  any OpenAI-compatible completions server
 
 Callers ask a backend's `capabilities`, never its class.
 
@@ -43,6 +45,9 @@ class Capabilities:
     attribution: bool  # answers "why?" (gradients through the model)
     prompt_scores: bool  # scores every token of a text (the heatmap)
     batching: bool  # serving many calls at once helps (a server batching them), or only splits the cores
+    constraints: bool = True  # answers under a constraint (a choice, a regex, a JSON schema, a grammar)
+    fit: bool = True  # scores the text after a caret under each branch (a branch's fit)
+    visitors_apart: bool = True  # nothing one visitor sends tells another what the first wrote (no shared cache)
 
 
 class Backend(Protocol):

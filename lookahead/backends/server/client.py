@@ -61,7 +61,11 @@ class Client:
 
     def post(self, path: str, body: dict, root: bool = False) -> dict:
         """POST `body` to `path` under …/v1, or under the server's root (`root`: the server's own endpoints)."""
-        return self._request("POST", self.url.removesuffix("/v1") + path if root else path, body)
+        return self._request("POST", self._path(path, root), body)
+
+    def get(self, path: str, root: bool = False) -> dict:
+        """GET `path` under …/v1, or under the server's root (`root`): what a server says of itself."""
+        return self._request("GET", self._path(path, root))
 
     def stream(self, path: str, body: dict) -> Iterator[dict]:
         """POST `body` to `path` and yield each server-sent event's JSON as it comes, up to the last."""
@@ -72,6 +76,9 @@ class Client:
             for line in response.iter_lines():
                 if line.startswith(EVENT) and line != LAST_EVENT:
                     yield json.loads(line.removeprefix(EVENT))
+
+    def _path(self, path: str, root: bool) -> str:
+        return self.url.removesuffix("/v1") + path if root else path
 
     def _request(self, method: str, path: str, body: dict | None = None) -> dict:
         with self._reaching():

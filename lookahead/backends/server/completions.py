@@ -4,7 +4,7 @@ A server batches many writers' requests on GPUs, keeps their prefixes' KV cache 
 GPUs and nodes: what one process can't. This backend is a thin adapter; the answers are built by
 `lookahead/results.py`, as in-process. What differs from one server to another (its own request fields, how
 its answers hold token ids and log-probabilities, its model list and tokenizer, its sampling order) is a
-`Server` description, one small module per server (`vllm.py`).
+`Server` description, one small module per server (`vllm.py`, `llama_cpp.py`, `openai.py`).
 
 Exact by construction:
 - Text is tokenized here, by the model's own tokenizer (and chat template), and sent as token ids; ids
@@ -78,6 +78,7 @@ from lookahead.scheduler import scheduler
 COMPLETIONS = "/completions"
 GREEDY_TEMPERATURE = 0.0  # asks a server for its likeliest token
 PROBE_TEXT = "Probe: the tokenizer's ids for this text, ünïcödé and 12345, must match the server's."
+UNABLE = "{task} needs {need}; the {server} server {lacks} (the {backend} backend): ask it of the in-process backend"
 APPROXIMATE = (
     "p_final is approximate here: the {server} server returns its top {n} tokens only, and these settings "
     "need the rest of the distribution (see docs/deploy-vllm.md)."
@@ -97,6 +98,15 @@ class Server(ABC):
     model_name_option: str  # the server's option naming the model as the app knows it
     fields: Mapping[str, object]  # sent with every completion: token ids back, end-of-sequence ignored
     renamed: Mapping[str, str] = {}  # a `Sampling` field's name -> the server's, where they differ
+    batches: bool = True  # one request may hold several prompts (else: a request per prompt)
+
+    def request(self, body: dict, tokenizer: PreTrainedTokenizerBase) -> dict:
+        """`body` (its prompts token ids) as this server takes it."""
+        return body
+
+    def answer(self, body: dict, answer: dict, tokenizer: PreTrainedTokenizerBase) -> dict:
+        """The server's `answer` to `body` (or one streamed chunk of it) as this description's readers take it."""
+        return answer
 
     def sampling_fields(self, sampling: Sampling, sample: bool) -> dict:
         """One request field per `Sampling` field, every one (the server's defaults would replace an omitted one);
@@ -126,6 +136,11 @@ class Server(ABC):
     def top_logprobs(self, choice: dict) -> dict[int, float]:
         """The first generated position's top log-probabilities, by token id: raw (the model's softmax, before any
         penalty or temperature), as p_base is."""
+
+    def ceiling(self, choice: dict) -> float | None:
+        """The log-probability no token left out of `top_logprobs` exceeds, where the server left out some of its
+        likeliest (it named them by texts several tokens share); None: the least likely returned token's."""
+        return None
 
     @abstractmethod
     def prompt_logprobs(self, n: int) -> dict:
@@ -188,6 +203,14 @@ class Scored(NamedTuple):
     positions: list[Position | None]  # the server's log-probabilities at each position of that window
 
 
+class NextTokens(NamedTuple):
+    """The server's top log-probabilities after a text, by token id."""
+
+    top: dict[int, float]
+    reused: int  # prompt tokens found in its prefix cache
+    ceiling: float | None  # what every token not in `top` is at most, where not the least of `top` (`Server.ceiling`)
+
+
 class TooManyLogprobs(Exception):
     """The server allows only `allowed` log-probabilities per position."""
 
@@ -232,16 +255,17 @@ class CompletionsBackend:
                   yielding: bool = False) -> dict:
         """The branches; `precompute`, `partial` and `yielding` are not needed here (the server's prefix cache keeps
         the text, and the server schedules its requests, a long text's read among them)."""
+        self._constrainable(request)
         sampling, n_branches = request.sampling, request.n_branches
         refusal = self.server.draw_refusal(sampling) if request.branch_mode == "sample" else None
         if refusal:
             raise ValueError(refusal)
         context = self._context(request, room=request.depth)
         rows = max(DISTRIBUTION_ROWS, n_branches)
-        top, reused = self._next_tokens(context, rows)
+        top, reused, ceiling = self._next_tokens(context, rows)
         valid = None if context.guide is None else context.guide.valid()
         logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling,
-                                                     context.allowed, valid)
+                                                     context.allowed, valid, ceiling)
         distribution = distribution_entries(logprobs, final, rows, context.tokenizer, valid=valid)
         firsts = distribution[:n_branches]  # the branches start from the best tokens by p_final
         if valid is not None:
@@ -265,11 +289,12 @@ class CompletionsBackend:
         }
 
     def distribution(self, request: DistributionRequest) -> list[dict]:
+        self._constrainable(request)
         context = self._context(request, room=1)
-        top, _ = self._next_tokens(context, request.k)
+        top, _, ceiling = self._next_tokens(context, request.k)
         valid = None if context.guide is None else context.guide.valid()
         logprobs, final, _ = next_token_logprobs(top, len(context.tokenizer), context.ids, request.sampling,
-                                                 context.allowed, valid)
+                                                 context.allowed, valid, ceiling)
         return distribution_entries(logprobs, final, request.k, context.tokenizer, valid=valid)
 
     def scores(self, request: ScoresRequest) -> dict:
@@ -279,6 +304,7 @@ class CompletionsBackend:
         """The server's greedy continuation, streamed (one server step per token: the method has no say here).
 
         Under a constraint, one request per token, each allowing only the tokens the constraint allows next."""
+        self._constrainable(request)
         model = request.model
         limit = self._model(model).max_model_len
         tokenizer = load_tokenizer(model)
@@ -357,6 +383,8 @@ class CompletionsBackend:
     def _scores(self, request: ScoresRequest, limit: int | None = None) -> Scored:
         """token_probabilities' answer, the text as scored, and the server's prompt log-probabilities over it (the top
         N at each position); `limit`: a context shorter than the model's."""
+        self._able("token_probabilities (the heatmap)", "each token of the text scored",
+                   self.capabilities.prompt_scores, "does not score the text you wrote")
         tokenizer = load_tokenizer(request.model)
         scored = read_scored_text(request, tokenizer, limit or self._model(request.model).max_model_len)
         width = max(request.k, self.logprobs)
@@ -412,11 +440,13 @@ class CompletionsBackend:
             info["notice"] = " ".join(filter(None, [info["notice"], approximate]))
         return info
 
-    def _next_tokens(self, context: Context, needed: int) -> tuple[dict[int, float], int]:
+    def _next_tokens(self, context: Context, needed: int) -> NextTokens:
         """The server's top log-probabilities after the context (at least `needed` of them), and its cached tokens."""
         body = self._body(context.model, context.ids, 1, context.session)
         answer = self._with_logprobs(body, ask_top_logprobs, max(needed, self.logprobs), needed)
-        return self.server.top_logprobs(answer["choices"][0]), self.server.cached_tokens(answer)
+        choice = answer["choices"][0]
+        return NextTokens(self.server.top_logprobs(choice), self.server.cached_tokens(answer),
+                          self.server.ceiling(choice))
 
     def _constrained_first(self, context: Context, sampling: Sampling) -> dict:
         """The best valid token when none came back among the top log-probabilities (as the server chooses it)."""
@@ -428,7 +458,9 @@ class CompletionsBackend:
     def _fits(self, context: Context, sequences: list[list[int]], request: LookaheadRequest) -> list[float] | None:
         """Each branch's fit with the text after the caret (lookahead/branches.py), from the server's log-probabilities
         of that text's first tokens in one request: a prompt per branch (the context, the branch, then those
-        tokens) and one without a branch."""
+        tokens) and one without a branch. None where the server cannot score them at a click's cost."""
+        if not self.capabilities.fit:
+            return None
         # room for the branch, and for the one token a completion request generates
         room = self._model(context.model).max_model_len - len(context.ids) - request.depth - 1
         follow = follow_ids(request, context.tokenizer, room)
@@ -437,7 +469,7 @@ class CompletionsBackend:
         unforced = list(context.ids[: len(context.ids) - len(context.forced)])
         prompts = [[*context.ids, *seq, *follow] for seq in sequences] + [[*unforced, *follow]]
         body = self._body(context.model, prompts, 1, context.session)
-        choices = by_index(self._with_logprobs(body, self.server.prompt_logprobs, 1, 1))
+        choices = self._complete_each({**body, **self.server.prompt_logprobs(1)})
         totals = []
         for prompt, choice in zip(prompts, choices):
             positions = self.server.prompt_positions(choice)[len(prompt) - len(follow):]
@@ -462,7 +494,7 @@ class CompletionsBackend:
         prompts = [[*context.ids, first] for first in firsts]
         body = self._body(context.model, prompts, request.depth - 1, context.session, request.sampling,
                           request.branch_mode == "sample", request.seed)
-        choices = by_index(self._complete(body))
+        choices = self._complete_each(body)
         return [[first, *self.server.token_ids(choice)] for first, choice in zip(firsts, choices)]
 
     def _body(self, model: str, prompt: list, max_tokens: int, session: str, sampling: Sampling = PLAIN,
@@ -472,6 +504,16 @@ class CompletionsBackend:
         return {"model": model, "prompt": prompt, "max_tokens": max_tokens, "n": 1, "seed": seed, "stream": False,
                 **self.server.fields, **self.server.session_fields(model, session),
                 **self.server.sampling_fields(sampling, sample)}
+
+    def _able(self, task: str, need: str, able: bool, lacks: str) -> None:
+        """ValueError saying that this server cannot give what `task` needs, unless `able`."""
+        if not able:
+            raise ValueError(UNABLE.format(task=task, need=need, server=self.server.name, lacks=lacks,
+                                           backend=self.server.device))
+
+    def _constrainable(self, request: LookaheadRequest | DistributionRequest | GenerateRequest) -> None:
+        self._able("a constraint", "the server to take the tokens each step allows",
+                   request.constraint is None or self.capabilities.constraints, "takes none")
 
     # The servers
 
@@ -529,7 +571,14 @@ class CompletionsBackend:
             return self._complete({**body, **ask(max(needed, refusal.allowed))})
 
     def _complete(self, body: dict) -> dict:
-        return self._post(COMPLETIONS, body)
+        tokenizer = load_tokenizer(body["model"])
+        return self.server.answer(body, self._post(COMPLETIONS, self.server.request(body, tokenizer)), tokenizer)
+
+    def _complete_each(self, body: dict) -> list[dict]:
+        """The choice for each of the body's prompts, in their order: in one request where the server takes several."""
+        if self.server.batches:
+            return by_index(self._complete(body))
+        return [self._complete({**body, "prompt": prompt})["choices"][0] for prompt in body["prompt"]]
 
     def _post(self, path: str, body: dict, root: bool = False) -> dict:
         """POST to the server of the body's model; `root`: the path is the server's own (not under /v1)."""
@@ -541,8 +590,10 @@ class CompletionsBackend:
 
     def _stream(self, body: dict) -> Iterator[dict]:
         client = self._model(body["model"]).client
+        tokenizer = load_tokenizer(body["model"])
         with self._answering(client, body):
-            yield from client.stream(COMPLETIONS, body)
+            for chunk in client.stream(COMPLETIONS, self.server.request(body, tokenizer)):
+                yield self.server.answer(body, chunk, tokenizer)
 
     @contextmanager
     def _answering(self, client: Client, body: dict | None) -> Iterator[None]:

@@ -62,9 +62,11 @@ def log_total(*parts: torch.Tensor | float) -> float:
 
 
 def exact_final(sampling: Sampling, approximated: bool, logprobs: torch.Tensor,
-                context: list[int]) -> torch.Tensor | None:
+                context: list[int], ceiling: float | None = None) -> torch.Tensor | None:
     """log p_final over the vocabulary where the top N (`logprobs`: -inf for a token that did not come back) give
-    it exactly, whatever the tokens that did not come back; None elsewhere.
+    it exactly, whatever the tokens that did not come back; None elsewhere. `ceiling`: the log-probability no token
+    that did not come back exceeds, where it is not the least likely returned token's (a server that could not name
+    some of its top N).
 
     None after healing or under a constraint (`approximated`: renormalised over the allowed tokens that came back),
     and with a repetition penalty (it needs the logits' signs, not log-probabilities).
@@ -108,7 +110,8 @@ def exact_final(sampling: Sampling, approximated: bool, logprobs: torch.Tensor,
         above, ceiling, rest_most, rest_least = returned, float("-inf"), float("-inf"), float("-inf")
     else:
         most_mass, least_mass = max(rest_mass, 0.0) + ROUNDING, rest_mass - ROUNDING
-        bound = min(float(logprobs[returned].min()), math.log(most_mass))  # each such token's log-probability
+        least = float(logprobs[returned].min()) if ceiling is None else ceiling
+        bound = min(least, math.log(most_mass))  # each such token's log-probability
         least_penalty, most_penalty = float(lift[~returned].max()), float(lift[~returned].min())
         above = returned & (logprobs + lift >= bound + least_penalty)  # before the temperature: ties stay ties
         ceiling = (bound + least_penalty) / temperature
@@ -142,9 +145,10 @@ def exact_final(sampling: Sampling, approximated: bool, logprobs: torch.Tensor,
 
 def next_token_logprobs(
     top: Mapping[int, float], vocab_size: int, context: list[int], sampling: Sampling,
-    allowed: torch.Tensor | None, valid: torch.Tensor | None = None,
+    allowed: torch.Tensor | None, valid: torch.Tensor | None = None, ceiling: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, bool]:
-    """(log p_base, log p_final, exact) over the vocabulary, from the server's top-N log-probabilities `top`.
+    """(log p_base, log p_final, exact) over the vocabulary, from the server's top-N log-probabilities `top` (and the
+    `ceiling` of those it did not return, where it is not the least of `top`).
 
     Tokens that did not come back have -inf. Where p_final is not exact (`exact_final`): under a constraint
     (`valid`) it is renormalised over the valid tokens that came back; with top_k keeping at most N tokens, over
@@ -157,7 +161,7 @@ def next_token_logprobs(
     approximated = allowed is not None or valid is not None
     if not sampling.processors() and valid is None:
         return logprobs, logprobs, not approximated
-    exact = exact_final(sampling, approximated, logprobs, context)
+    exact = exact_final(sampling, approximated, logprobs, context, ceiling)
     if exact is not None:
         return logprobs, exact, True
     if valid is not None or 1 <= sampling.top_k <= len(returned):
@@ -179,14 +183,17 @@ def entropy_bits(logprobs: list[float]) -> float:
 def score_rows(ids: list[int], positions: list[Position | None], width: int) -> Scores:
     """`Scores` rows from a server's prompt log-probabilities (`positions`, one per token of `ids`; the first has
     nothing before it): each position's own token (with its rank), its top MAX_ALTERNATIVES (as every `Scores`
-    row, whatever `width`) and the entropy's lower bound from its top `width`."""
+    row, whatever `width`) and the entropy's lower bound from its top `width`. A token the server did not return at
+    its position (outside the top N of a server that returns only those) is unknown there (NaN, rank 0), as a token
+    with nothing before it: never a wrong number."""
     rows = unscored(torch.tensor(ids[:1]))
     logprob, rank, entropy = [], [], []
     top_ids = torch.full((len(ids) - 1, MAX_ALTERNATIVES), -1, dtype=torch.long)
     top_logprobs = torch.full((len(ids) - 1, MAX_ALTERNATIVES), float("nan"))
     for row, (token, position) in enumerate(zip(ids[1:], positions[1:])):
-        logprob.append(position[token].logprob)
-        rank.append(position[token].rank)
+        own = position.get(token, Returned(math.nan, 0))
+        logprob.append(own.logprob)
+        rank.append(own.rank)
         top = sorted((returned.rank, i, returned.logprob) for i, returned in position.items() if returned.rank <= width)
         for column, (_, i, lp) in enumerate(top[:MAX_ALTERNATIVES]):
             top_ids[row, column], top_logprobs[row, column] = i, lp
