@@ -38,6 +38,12 @@ BACKENDS: dict[str, BackendEntry] = {
                                "the model in this process (on ZeroGPU, in its GPU workers)"),
     "vllm": BackendEntry("lookahead.backends.server.vllm:VLLMBackend", "a vLLM server",
                          example_url="http://localhost:8000/v1"),
+    "llama-cpp": BackendEntry("lookahead.backends.server.llama_cpp:LlamaCppBackend",
+                              "llama.cpp's llama-server, or llama-cpp-python's server",
+                              example_url="http://localhost:8080/v1"),
+    "openai": BackendEntry("lookahead.backends.server.openai:OpenAIBackend",
+                           "any OpenAI-compatible completions server that returns log-probabilities",
+                           example_url="http://localhost:8000/v1"),
 }
 
 
