@@ -6,68 +6,29 @@ The server's venv: `scripts/test.sh` makes it (requirements-vllm.txt) and sets V
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import tempfile
 import threading
-import time
 from pathlib import Path
 
-import httpx
+from server_process import ServerProcess, free_port
 
 START_TIMEOUT_SECONDS = 900  # the CPU build compiles its model on start: 2-4 minutes on 2 cores
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class VLLMServer:
+class VLLMServer(ServerProcess):
     """`python -m vllm.entrypoints.openai.api_server` serving `model_dir` as `name`, on loopback."""
 
+    kind = "vLLM"
+    start_timeout = START_TIMEOUT_SECONDS
+
     def __init__(self, python: str, model_dir: str | Path, name: str, *extra: str, kv_cache_gb: int = 2) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="vllm-server-", suffix=".log", delete=False)
-        command = [
+        super().__init__([
             python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir), "--served-model-name", name,
-            "--dtype", "float32", "--max-model-len", "4096", "--host", "127.0.0.1", "--port", str(self.port),
+            "--dtype", "float32", "--max-model-len", "4096", "--host", "127.0.0.1", "--port", "{port}",
             # The CPU build's default 128-token blocks would make each branch's prompt recompute up to
             # 127 tokens past the cached prefix (a lookahead: 3.3 s instead of 0.63 s at 619 tokens).
             "--enable-prompt-tokens-details", "--block-size", "32", *extra,
-        ]
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb), "VLLM_NO_USAGE_STATS": "1",
-               "DO_NOT_TRACK": "1"}
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT, env=env,
-                                        start_new_session=True)
-
-    def wait(self, timeout: float = START_TIMEOUT_SECONDS) -> str:
-        """The server's URL once it answers; RuntimeError with its log's end if it exits or takes too long."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the vLLM server exited ({self.process.returncode}):\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/models", timeout=5).status_code == 200:
-                    return self.url
-            except httpx.HTTPError:
-                pass
-            time.sleep(2)
-        raise RuntimeError(f"the vLLM server did not start within {timeout} s:\n{self.log_tail()}")
-
-    def log_tail(self, lines: int = 40) -> str:
-        return "\n".join(Path(self.log.name).read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, 15)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, 9)
+        ], {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gb), "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"})
 
 
 class Proxy:
