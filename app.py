@@ -37,6 +37,7 @@ import gradio as gr
 import custom_llm_inference as cli
 from ui.controls import Constraints, Context, Controls, Settings
 from ui.endpoints import serve_endpoints
+from ui.errors import handled
 from ui.panels.chat import ChatPanel
 from ui.panels.compare import ComparePanel
 from ui.panels.constrain import ConstrainPanel
@@ -48,6 +49,7 @@ from ui.panels.suggestions import PREPARATION, SuggestionsPanel
 from ui.panels.why import WhyPanel
 from ui.panels.writer import WriterPanel
 from ui.scripts import BRANCH_WHY_JS, CSS, FOLD_ON_PHONE_JS, KEEP_SETTINGS_JS, KEYBOARD_JS
+from ui.server_limits import server_limits
 from ui.wiring import Wiring, session_key
 
 # Every visitor is answered: room for this many waiting events (on a ZeroGPU Space gradio
@@ -71,6 +73,7 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
     with gr.Blocks(title="Interactive Lookahead") as demo:
         compare = ComparePanel(compare_with)
         gr.Markdown(INTRODUCTION)
+        limits = gr.Markdown(visible=False, elem_id="server-limits")  # what the model's server cannot give
         history.build_state()
         with gr.Row(elem_id="main-row"):  # on a phone: the text, its suggestions and the plot first (page.css)
             with gr.Column(scale=3, elem_id="writer-column"):
@@ -128,6 +131,9 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
         # The heatmap switch and chat mode are kept with the tree in this browser (history.restore reads them).
         gr.on([heatmap.on.change, chat.mode.change], None, [heatmap.on, chat.mode], None, js=KEEP_SETTINGS_JS)
         demo.load(None, None, None, js=FOLD_ON_PHONE_JS)
+        demo.load(handled(server_limits), None,
+                  [heatmap.on, why.method, constrain.constrain, constrain.status, limits], queue=False,
+                  api_visibility="private")
         demo.unload(leave)
         serve_endpoints()
     return demo, panels

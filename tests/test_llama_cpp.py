@@ -30,6 +30,7 @@ from lookahead.backends.server.openai import Named, named_tokens
 from lookahead.models import EMBEDDED_MODEL, embedded_gguf_path
 from lookahead.results import stop_tokens
 from server_process import free_port
+from ui.server_limits import NO_SCORES, NO_WHY, SHARED_CACHE, server_limits
 
 DEQUANTISED = 0.5  # nats: Q4_1 through llama.cpp's kernels against float32 on the dequantised weights (< 0.4 measured)
 SAME_MODEL = 1e-4  # the in-process engine against the same model in one full forward (float32's rounding)
@@ -257,6 +258,9 @@ def test_the_openai_backend_finds_what_the_server_does(llama_server):
         ours = (cli.next_token_distribution(text, 10), cli.token_probabilities(text, 5)["tokens"])
         with pytest.raises(ValueError, match=r"\(the openai backend\)"):
             cli.lookahead(text, constraint={"type": "choice", "value": ["yes", "no"]})
+        limits = server_limits()
+        assert limits.constrain["interactive"] is False and limits.notice == {
+            "__type__": "update", "value": SHARED_CACHE, "visible": True}
         cli.use_backend("llama-cpp", llama_server.url)
         theirs = (cli.next_token_distribution(text, 10), cli.token_probabilities(text, 5)["tokens"])
     finally:
@@ -398,3 +402,18 @@ def test_app_py_takes_the_llama_cpp_backend_on_its_command_line():
 
 def test_a_llama_cpp_python_server_is_told_from_llama_server_by_its_routes(llama):
     assert isinstance(llama.server, LlamaCppPython) and llama.server.takes_ids is False
+
+
+def test_the_page_greys_out_what_the_server_cannot_give_and_says_why(fake_llama_server):
+    """Read when a page loads: in-process everything is offered; llama-server scores no text and explains nothing."""
+    offered = server_limits()
+    assert [offered.heatmap_on["interactive"], offered.why_method["interactive"], offered.constrain["interactive"],
+            offered.notice["visible"]] == [True, True, True, False]
+    cli.use_backend("llama-cpp", fake_llama_server.url)
+    try:
+        limited = server_limits()
+    finally:
+        cli.use_backend()
+    assert (limited.heatmap_on["interactive"], limited.heatmap_on["info"]) == (False, NO_SCORES)
+    assert (limited.why_method["interactive"], limited.why_method["info"]) == (False, NO_WHY)
+    assert limited.constrain["interactive"] and not limited.notice["visible"]
