@@ -31,6 +31,7 @@ from lookahead.models import EMBEDDED_MODEL, embedded_gguf_path
 from lookahead.results import stop_tokens
 from server_process import free_port
 from ui.server_limits import NO_SCORES, NO_WHY, SHARED_CACHE, server_limits
+from vllm_server import Proxy
 
 DEQUANTISED = 0.5  # nats: Q4_1 through llama.cpp's kernels against float32 on the dequantised weights (< 0.4 measured)
 SAME_MODEL = 1e-4  # the in-process engine against the same model in one full forward (float32's rounding)
@@ -224,6 +225,42 @@ def test_one_visitors_text_cannot_be_probed_through_the_servers_prefix_cache(lla
         ask(llama_server.url, LETTER)
         raw[name] = max(prefix_hits(llama_server, lambda: ask(llama_server.url, guess)), default=0)
     assert raw["right"] >= length - 2 and raw["wrong"] == 0
+
+
+def test_visitors_at_once_take_turns_and_each_gets_its_own_answer(llama, llama_server):
+    """Two visitors' calls at once, each on its own text: every answer is the one the server gives that text alone."""
+    alone = {text: cli.next_token_distribution(text, 5, session="alone") for text in TEXTS[:2]}
+    answers: dict[str, list] = {text: [] for text in alone}
+
+    def visitor(text: str) -> None:
+        for _ in range(3):
+            answers[text].append(cli.next_token_distribution(text, 5, session=text[:10]))
+
+    threads = [threading.Thread(target=visitor, args=(text,)) for text in alone]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    for text, expected in alone.items():
+        assert len(answers[text]) == 3
+        for answer in answers[text]:
+            assert [e["token_id"] for e in answer] == [e["token_id"] for e in expected]
+            assert all(abs(a["logprob"] - b["logprob"]) < SAME_SERVER for a, b in zip(answer, expected))
+
+
+def test_a_server_down_is_a_clear_error_and_it_recovers(llama_server):
+    proxy = Proxy(llama_server.port)
+    try:
+        cli.use_backend("llama-cpp", proxy.url)
+        assert cli.next_token_distribution(TEXTS[0], 3)
+        proxy.down()
+        with pytest.raises(cli.BackendError, match="llama-cpp-python server at .* cannot be reached"):
+            cli.lookahead(TEXTS[0], 3, 2)
+        proxy.up()
+        assert cli.lookahead(TEXTS[0], 3, 2)["branches"]
+    finally:
+        cli.use_backend()
+        proxy.down()
 
 
 def test_constraints_are_sent_as_the_tokens_they_allow(llama):
