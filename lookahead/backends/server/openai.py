@@ -256,7 +256,7 @@ def probe(post: Post, model: str, tokenizer: PreTrainedTokenizerBase) -> Probed:
     def ask(body: dict) -> dict:
         return reader.answer(body, post(COMPLETIONS, reader.request(body, tokenizer), False), tokenizer)["choices"][0]
 
-    last = ask({**greedy, "prompt": ids[:-1]})["top"]
+    last = ask({**greedy, "prompt": ids[:-1]}).get("top")  # none where the server ended there
     try:
         echoed = post(COMPLETIONS, reader.request({**greedy, "prompt": ids, "echo": True}, tokenizer), False)
     except Refused:
@@ -265,7 +265,7 @@ def probe(post: Post, model: str, tokenizer: PreTrainedTokenizerBase) -> Probed:
     tops = logprobs.get("top_logprobs") or []
     for offset, entry in ((0, len(ids) - 1), (1, len(ids) - 2)):
         found = named.ranked(tops[entry] if entry < len(tops) else None, 5)
-        if found and agree(found, last):
+        if found and last and agree(found, last):
             return Probed(takes_ids, offset)
     return Probed(takes_ids, None)
 
