@@ -221,7 +221,7 @@ def _at_caret(text: object, caret: object, session: object, model_name: object, 
 
 def use_backend(name: str = "in-process", server_url: str | None = None) -> Backend:
     """Answer every public function with the backend registered as `name` (lookahead/backends: in-process, the
-    default, or through a server such as vLLM's at `server_url`, …/v1)."""
+    default, or a server's at `server_url`, …/v1: `vllm`, `llama-cpp` or any OpenAI-compatible `openai`)."""
     global _backend
     _backend = make_backend(name, server_url)
     return _backend
