@@ -11,6 +11,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -67,3 +69,17 @@ class ServerProcess:
                 self.process.wait(STOP_SECONDS)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, 9)
+
+
+@contextmanager
+def in_process() -> Iterator[None]:
+    """The in-process engine answering the public functions for a while, the server's backend back after: what a
+    server's answers are compared to."""
+    import custom_llm_inference as cli
+
+    previous = cli.backend()
+    cli.use_backend()
+    try:
+        yield
+    finally:
+        cli._backend = previous

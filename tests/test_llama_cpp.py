@@ -15,8 +15,6 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -29,7 +27,7 @@ from lookahead.backends.server.llama_cpp import LlamaCppPython, LlamaServer
 from lookahead.backends.server.openai import Named, named_tokens
 from lookahead.models import EMBEDDED_MODEL, embedded_gguf_path
 from lookahead.results import stop_tokens
-from server_process import free_port
+from server_process import free_port, in_process
 from ui.server_limits import NO_SCORES, NO_WHY, SHARED_CACHE, server_limits
 from vllm_server import Proxy
 
@@ -79,15 +77,6 @@ def llama(llama_server):
     yield backend
     cli.use_backend()
 
-
-@contextmanager
-def in_process() -> Iterator[None]:
-    previous = cli.backend()
-    cli.use_backend()
-    try:
-        yield
-    finally:
-        cli._backend = previous
 
 
 def tokenizer():

@@ -29,6 +29,7 @@ from conftest import TINY_LLAMA_DIR
 from lookahead.backends.server import completions
 from lookahead.backends.server import vllm as vllm_backend
 from lookahead.models import EMBEDDED_MODEL, embedded_model_dir
+from server_process import in_process
 from vllm_server import Proxy, VLLMServer
 
 TOLERANCE = 1e-4  # logprobs: vLLM's CPU kernels against transformers' (the issue measured 3e-5)
@@ -112,15 +113,6 @@ def two_servers(proxy, second_server):
     yield backend
     cli.use_backend()
 
-
-@contextmanager
-def in_process():
-    previous = cli.backend()
-    cli.use_backend()
-    try:
-        yield
-    finally:
-        cli._backend = previous
 
 
 def assert_same_distribution(ours: list[dict], theirs: list[dict]) -> None:
