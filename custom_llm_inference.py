@@ -313,8 +313,10 @@ def token_probabilities(
     text exactly (a character split over several tokens belongs to the first of them; the others
     have empty spans). `prob` is the plain softmax, `rank` 1 for the model's first choice, `entropy`
     in bits. A token with nothing before it, or left out of the model's window on a text longer
-    than its context, has None for all of these. The session keeps each token's scores, so after
-    an edit or a click only the new tokens are scored (`reused_tokens` were not run again). In chat
+    than its context, has None for all of these. Through a server that returns only its top N at each
+    position, a token outside them has None for `prob`, `logprob` and `rank`, and `rank_above`: N (its rank
+    is beyond, its probability below theirs; `entropy` is then a lower bound). The session keeps each token's
+    scores, so after an edit or a click only the new tokens are scored (`reused_tokens` were not run again). In chat
     mode (`messages`) the tokens listed are the reply's, scored after the whole conversation.
     """
     common = _common(text, session, model_name, messages)

@@ -179,12 +179,14 @@ def token_entries(
             entries.append(dict(previous[len(entries)]))
             continue
         scored = not math.isnan(logprob)
+        outside = not scored and rank > 0  # a server returned the rank - 1 likeliest tokens here, not this one
         entries.append({
             "token_id": token_id, "token": vocabulary[token_id] if token_id < n else "", "start": start, "end": end,
             "prob": prob if scored else None, "logprob": logprob if scored else None,
-            "rank": rank if scored else None, "entropy": entropy if scored else None,
+            "rank": rank if scored else None, "entropy": entropy if scored or outside else None,
             "alternatives": [{"token_id": i, "token": vocabulary[i] if i < n else "", "prob": q}
-                             for i, q in zip(top_ids, top_probs) if i >= 0] if scored else None,
+                             for i, q in zip(top_ids, top_probs) if i >= 0] if scored or outside else None,
+            **({"rank_above": rank - 1} if outside else {}),
         })
     return entries
 

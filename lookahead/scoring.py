@@ -29,7 +29,8 @@ class Scores:
 
     token_ids: torch.Tensor  # (N,)
     logprob: torch.Tensor  # (N,) log p(token | everything before it)
-    rank: torch.Tensor  # (N,) 1 where the token was the model's first choice
+    rank: torch.Tensor  # (N,) 1 where the token was the model's first choice; with a NaN logprob, the least it can
+    # be (a server returned only the tokens above it) or 0 (nothing before it)
     entropy: torch.Tensor  # (N,) of that position's distribution, in bits
     top_ids: torch.Tensor  # (N, MAX_ALTERNATIVES)
     top_logprobs: torch.Tensor  # (N, MAX_ALTERNATIVES)

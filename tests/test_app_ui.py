@@ -423,6 +423,18 @@ def test_why_shows_the_explained_window_and_why_its_probability_differs_from_the
     assert "the plot's" not in attribution_view(text, result, shown_prob=0.374)
 
 
+def test_a_token_outside_the_servers_top_n_is_striped_and_said_to_be_below_them_never_given_a_number():
+    from ui.heatmap import heatmap_view
+
+    text, result = scored(["The", " cat", " sat"], [None, 0.2, 0.7])
+    result["tokens"][1].update(prob=None, logprob=None, rank=None, rank_above=20)
+    for mode in ("probability", "rank"):
+        view = heatmap_view(text, result, mode, 10)
+        assert 'class="tk bo"' in view
+        assert "outside the server's top 20</span>" in view, "the legend names the stripes"
+        assert '"below 60.0%","&gt; 20","outside the server\'s top 20","≥ 1.00"' in view.replace("&#x27;", "'")
+
+
 def test_a_comparison_colours_each_token_by_where_the_models_part_and_lists_where_they_part_most():
     import math
 

@@ -10,6 +10,7 @@ greedy text; and one visitor learns nothing of another's text through its prefix
 """
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -141,7 +142,8 @@ def assert_parts_at_a_near_tie(prompt: str, theirs: str) -> None:
 def scored_against_the_model(text: str, messages: list[dict] | None = None) -> tuple[int, int, int]:
     """(positions scored, of them where the top choice is the in-process engine's, positions) of `text`'s heatmap;
     each scored token's log-probability within DEQUANTISED of the engine's, and each unscored one either named by no
-    one token's text or outside the model's top 5."""
+    one token's text or outside the model's top 5, and then said to be outside the N the server returned, less likely
+    than each of them."""
     ours = cli.token_probabilities(text, 5, session="h", messages=messages)["tokens"]
     with in_process():
         reference = cli.token_probabilities(text, 20, session="h", messages=messages)["tokens"]
@@ -152,6 +154,9 @@ def scored_against_the_model(text: str, messages: list[dict] | None = None) -> t
         if mine["logprob"] is None:
             nameable = named.texts[model["token_id"]] in named.ids
             assert not nameable or model["rank"] > 5 or mine is ours[1], (mine, model)
+            if nameable and mine is not ours[1]:
+                least = min(math.log(a["prob"]) for a in mine["alternatives"])
+                assert mine.get("rank_above", 0) >= 1 and model["logprob"] < least + DEQUANTISED, (mine, model)
             continue
         scored += 1
         assert abs(mine["logprob"] - model["logprob"]) < DEQUANTISED, (mine, model)

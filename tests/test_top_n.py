@@ -211,3 +211,11 @@ def test_score_rows_hold_the_top_twenty_whatever_the_servers_cap(width):
     rows = score_rows([7, 1, 2], [None, position, position], width)
     assert rows.top_ids.shape == (3, MAX_ALTERNATIVES)
     assert rows.top_ids[1].tolist() == [*range(1, min(width, MAX_ALTERNATIVES) + 1), *[-1] * (MAX_ALTERNATIVES - width)]
+
+
+def test_a_token_the_server_did_not_return_is_ranked_below_those_it_did_never_given_a_number():
+    named = {1: Returned(-0.5, 1), 2: Returned(-1.5, 2), 3: Returned(-2.5, 3)}
+    rows = score_rows([7, 1, 9, 9], [None, named, named, {}], 20)
+    assert rows.logprob[1].item() == -0.5 and rows.rank[1].item() == 1
+    assert math.isnan(rows.logprob[2].item()) and rows.rank[2].item() == 4  # rank > 3: the least it can be
+    assert math.isnan(rows.logprob[3].item()) and rows.rank[3].item() == 0  # the server named none: nothing known

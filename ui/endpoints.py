@@ -119,7 +119,8 @@ def api_token_probabilities(
 
     Returns:
         An object: "tokens", each with "token", "start"/"end" (its characters in text), "prob", "rank" (1 is the
-        model's first choice), "entropy" in bits and "alternatives" (the top k there); and token counts.
+        model's first choice), "entropy" in bits and "alternatives" (the top k there); and token counts. Through
+        a server that returns only its top N, a token outside them has "rank_above": N instead of a probability.
     """
     with caller_session(request) as session:
         return reply(cli.token_probabilities(

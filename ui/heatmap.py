@@ -37,6 +37,8 @@ PREFERENCE_BOUNDS = [(2.0, "#93c5fd", "{b} ≥ 4× likelier"), (0.5, "#dbeafe", 
                      (-0.5, "#f5f5f5", "about equal"), (-2.0, "#fed7aa", "{a} 1.4–4×"),
                      (-math.inf, "#fdba74", "{a} ≥ 4× likelier")]
 UNSCORED_COLOR = "transparent"
+# A token outside the top N a server returned: below all of them, how far unknown (striped in the lowest colour).
+OUTSIDE_COLOR = "repeating-linear-gradient(135deg, #fca5a5 0 3px, transparent 3px 6px)"
 PARTING, PREFERENCE = "where the models part", "which model expects it"
 COMPARING = (PARTING, PREFERENCE)  # these need a second model (the "Compare with…" choice)
 MODES = ("probability", "rank", *COMPARING)
@@ -132,16 +134,18 @@ def heatmap_view(text: str, result: dict, mode: str, threshold: float) -> str:
     first = max(0, len(tokens) - HEATMAP_TOKENS)
     spans = "".join(token_span(text, tokens[i], i, mode, models) for i in range(first, len(tokens)))
     shades = buckets(mode, models)
-    legend = " ".join(
-        f'<span style="background:{c};color:#111;border-radius:3px;padding:0 6px">{label}</span>'
-        for _, c, label in shades
-    )
+    outside = None if mode in COMPARING else next((t["rank_above"] for t in tokens if t.get("rank_above")), None)
+    keys = [(c, label) for _, c, label in shades] + ([(OUTSIDE_COLOR, f"outside the server's top {outside}")]
+                                                     if outside else [])
+    legend = " ".join(f'<span style="background:{c};color:#111;border-radius:3px;padding:0 6px">{label}</span>'
+                      for c, label in keys)
     colours = " ".join(f"#heatmap .b{i} {{ background: {c} }}" for i, (_, c, _) in enumerate(shades))
     by = (f"where {short_name(models[0])} and {short_name(models[1])} part" if mode == PARTING else
           f"which of {short_name(models[0])} and {short_name(models[1])} expects each "
           + ("word" if result["per"] == "word" else "token") + " more") if mode in COMPARING else mode
     return (
-        f"<style>#heatmap .tk {{ {TOKEN_STYLE} }} #heatmap .bu {{ background: {UNSCORED_COLOR} }} {colours}"
+        f"<style>#heatmap .tk {{ {TOKEN_STYLE} }} #heatmap .bu {{ background: {UNSCORED_COLOR} }}"
+        f" #heatmap .bo {{ background: {OUTSIDE_COLOR} }} {colours}"
         f" #heatmap .alt {{ {ALT_STYLE} }} #heatmap .tk[data-selected] {{ outline: 2px solid var(--color-accent) }}"
         f" #heatmap .tk:focus {{ outline: 2px solid var(--color-accent) }}</style>"
         f'<div style="font-size:12px;margin-bottom:6px">Colour by {html.escape(by)}: {legend}</div>'
@@ -167,17 +171,29 @@ def token_span(text: str, token: dict, i: int, mode: str, models: list[str] | No
         return ""  # a later piece of a character split over several tokens: the first shows it
     index = bucket(token, mode)
     label = None if index is None else buckets(mode, models)[index][2]
-    details = [visible(token["token"])] if token["prob"] is None else [
-        visible(token["token"]), percent(token["prob"]), token["rank"], label or "", f"{token['entropy']:.2f}"
-    ]
+    shade = "u" if index is None else index
+    if token.get("rank_above") and mode not in COMPARING:
+        shade, details = "o", outside_details(token)
+    elif token["prob"] is None:
+        details = [visible(token["token"])]
+    else:
+        details = [visible(token["token"]), percent(token["prob"]), token["rank"], label or "",
+                   f"{token['entropy']:.2f}"]
     compared = token.get("compared")
     other = ("" if mode not in COMPARING or not compared else
              f" data-b='{attribute_json(second_view(compared, models))}'")
     return (
-        f'<span class="tk b{"u" if index is None else index}" tabindex="0" data-i="{i}" '
+        f'<span class="tk b{shade}" tabindex="0" data-i="{i}" '
         f"data-s='{attribute_json(details)}' data-a='{attribute_json(alternatives(token))}'{other}>"
         f"{html.escape(shown_text(piece))}</span>"
     )
+
+
+def outside_details(token: dict) -> list:
+    """The details line's fields for a token outside the top N a server returned: what is known is a bound."""
+    n, least = token["rank_above"], min((a["prob"] for a in token["alternatives"]), default=None)
+    return [visible(token["token"]), "?" if least is None else f"below {percent(least)}", f"> {n}",
+            f"outside the server's top {n}", f"≥ {token['entropy']:.2f}"]
 
 
 def second_view(compared: dict, models: list[str]) -> list:

@@ -184,17 +184,17 @@ def score_rows(ids: list[int], positions: list[Position | None], width: int) -> 
     """`Scores` rows from a server's prompt log-probabilities (`positions`, one per token of `ids`; the first has
     nothing before it): each position's own token (with its rank), its top MAX_ALTERNATIVES (as every `Scores`
     row, whatever `width`) and the entropy's lower bound from its top `width`. A token the server did not return at
-    its position (outside the top N of a server that returns only those) is unknown there (NaN, rank 0), as a token
-    with nothing before it: never a wrong number."""
+    its position (outside the top N of a server that returns only those) has no probability there (NaN) and the
+    least rank it can have (N + 1; 0 where the server named none): never a wrong number."""
     rows = unscored(torch.tensor(ids[:1]))
     logprob, rank, entropy = [], [], []
     top_ids = torch.full((len(ids) - 1, MAX_ALTERNATIVES), -1, dtype=torch.long)
     top_logprobs = torch.full((len(ids) - 1, MAX_ALTERNATIVES), float("nan"))
     for row, (token, position) in enumerate(zip(ids[1:], positions[1:])):
-        own = position.get(token, Returned(math.nan, 0))
+        top = sorted((returned.rank, i, returned.logprob) for i, returned in position.items() if returned.rank <= width)
+        own = position.get(token, Returned(math.nan, len(top) + 1 if top else 0))
         logprob.append(own.logprob)
         rank.append(own.rank)
-        top = sorted((returned.rank, i, returned.logprob) for i, returned in position.items() if returned.rank <= width)
         for column, (_, i, lp) in enumerate(top[:MAX_ALTERNATIVES]):
             top_ids[row, column], top_logprobs[row, column] = i, lp
         entropy.append(entropy_bits([lp for _, _, lp in top]))
