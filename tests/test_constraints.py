@@ -14,6 +14,7 @@ import regex
 import torch
 
 import custom_llm_inference as cli
+from lookahead import constraints
 from lookahead.backends.in_process import matchers
 from lookahead.constraints import check_constraint
 from lookahead.healing import token_texts
@@ -236,6 +237,37 @@ def test_a_click_advances_the_sessions_matcher_by_the_new_tokens_only(embedded):
     fresh = cli.lookahead(taken, 2, 3, constraint=constraint, session="other")
     kept = cli.lookahead(taken, 2, 3, constraint=constraint, session="click")
     assert [b["token_ids"] for b in kept["branches"]] == [b["token_ids"] for b in fresh["branches"]]
+
+
+def test_compiled_grammars_are_kept_per_session_and_never_shared(embedded, monkeypatch):
+    """A session's first use of a constraint compiles it, even where another session compiled the same constraint
+    for the same text (a shared one would let it time the other's); its own repeats do not, until it is forgotten."""
+    model, tokenizer = embedded
+    compiles = []
+    compile_ = constraints._compile
+    monkeypatch.setattr(constraints, "_compile", lambda *args: compiles.append(args) or compile_(*args))
+    store = constraints.MatcherStore()
+    name = cli.default_model_name()
+    constraint = check_constraint({"type": "choice", "value": CHOICES, "start": 0}, "")
+    eos, vocab = stop_tokens(name), model.config.get_text_config().vocab_size
+
+    def guide(session: str, written: str) -> None:
+        ids = tokenizer(written, add_special_tokens=False)["input_ids"]
+        store.guide((name, session), constraint, "", ids, tokenizer, eos, vocab, model.device)
+
+    guide("a", "ye")
+    assert len(compiles) == 1
+    guide("b", "ye")
+    assert len(compiles) == 2, "the same constraint and text in another session is compiled anew"
+    guide("a", "ye")
+    guide("a", "no")  # not a continuation of the matcher kept: it starts from the session's compiled one
+    assert len(compiles) == 2, "a session's own repeats compile nothing"
+    store.forget("a")
+    guide("a", "ye")
+    assert len(compiles) == 3, "a forgotten session's compiled grammars are gone"
+    for _ in range(2):
+        assert constraints.written_part_error(constraint, "maybe", tokenizer, eos) == ""
+    assert len(compiles) == 5, "the written part's check keeps nothing compiled"
 
 
 def test_presence_and_frequency_penalties_follow_openais_formula(model_name):
