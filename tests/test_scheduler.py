@@ -83,6 +83,48 @@ def test_a_long_job_runs_no_slice_while_interactive_work_runs_and_resumes_after(
     thread.join(JOIN_SECONDS)
 
 
+class Slow(torch.nn.Module):
+    """A module call that takes a while without the model's arithmetic: a slice of simulated work."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.001)
+        return x
+
+
+def test_under_back_to_back_clicks_from_two_visitors_a_long_job_keeps_progressing_and_finishes():
+    """Two visitors' requests overlap without a pause, so interactive work never stops on its own: the long job gets
+    turns between them, its slices growing while the clicks go on, and it finishes; the clicks are all answered."""
+    jobs, slow = Scheduler(), Slow()
+    job, slices, clicks = jobs.start("a", "attribution"), 300, 20_000
+    seen: list[tuple[int, bool]] = []  # (the job's slices when a click ended, whether it had finished)
+    done = threading.Event()
+
+    def explain() -> None:
+        with jobs.sliced(job):
+            for _ in range(slices):
+                slow(torch.ones(1))
+        jobs.finish(job)
+        done.set()
+
+    def click(_rng) -> None:
+        for _ in range(clicks):
+            if done.is_set():
+                return
+            with jobs.interactive():
+                slow(torch.ones(1))
+                slow(torch.ones(1))
+            seen.append((job.slices, done.is_set()))
+
+    explaining = threading.Thread(target=explain, daemon=True)
+    explaining.start()
+    wait_until(lambda: job.slices > 0)
+    run_threads([click, click])
+    assert done.is_set(), f"the long job starved: {job.slices} of {slices} slices after {len(seen)} clicks"
+    explaining.join(JOIN_SECONDS)
+    while_clicking = sorted({n for n, finished in seen if not finished})
+    assert len(while_clicking) >= 3 and job.waits > 0, "it progressed in turns between clicks, not only after them"
+
+
 def wait_until(condition) -> None:
     deadline = time.monotonic() + JOIN_SECONDS
     while not condition():
