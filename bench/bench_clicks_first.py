@@ -13,7 +13,10 @@ Reported: B's median click alone and during A's job, their ratio (the cost of sh
 is at most 2x), B's slowest click during A's job (a click that waited for all of it), and whether A's job was
 still running when B's clicks ended (so they were measured against it).
 A's explanation is then replaced by a newer question of A's, which cancels it (it would run minutes more).
-Run: python bench/bench_clicks_first.py [--clicks 5] [--jobs explain continue paste paste-whole]
+Then the other way round (`--share`): A's shorter explanation (integrated gradients, 8 points, a 512-token window of
+the writer's ~600-token text) alone, then while B clicks back to back until it ends: A's time against alone (clicks
+first would starve it; its fair share keeps it within ~4x) and B's clicks against alone (the target is at most 1.5x).
+Run: python bench/bench_clicks_first.py [--clicks 5] [--jobs explain continue paste paste-whole] [--share]
 """
 
 from __future__ import annotations
@@ -73,11 +76,46 @@ def clicks(writer: Client, text: str, branch: dict, n: int) -> list[float]:
     return seconds
 
 
+def explanation_under_clicks(url: str, n: int) -> tuple[float, float, float, float, int]:
+    """A's explanation alone, then while B clicks back to back until it ends: A's seconds alone and under the clicks,
+    B's median click alone and during, and how many clicks B made meanwhile."""
+    explain = (WRITER_TEXT, None, "integrated_gradients", 8, 512)
+    visitor_a, writer = Client(url, verbose=False), Client(url, verbose=False)
+    start = time.perf_counter()
+    visitor_a.predict(*explain, api_name="/attribution")
+    alone = time.perf_counter() - start
+    click_alone = statistics.median(clicks(writer, *start_writing(writer), n))
+    text, branch = start_writing(writer)
+    start = time.perf_counter()
+    job = visitor_a.submit(*explain, api_name="/attribution")
+    seconds = []
+    while not job.done():
+        text += branch["text"]
+        clicked = time.perf_counter()
+        branch = writer.predict(text, 5, 3, api_name="/lookahead")["branches"][0]
+        seconds.append(time.perf_counter() - clicked)
+    job.result()
+    return alone, time.perf_counter() - start, click_alone, statistics.median(seconds), len(seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clicks", type=int, default=5)
     parser.add_argument("--jobs", nargs="+", choices=list(JOBS), default=list(JOBS))
+    parser.add_argument("--share", action="store_true", help="only A's explanation under B's back-to-back clicks")
     args = parser.parse_args()
+    if args.share:
+        server, url = start_server(lambda port: [sys.executable, str(ROOT / "app.py")], {}, "clicks_first")
+        try:
+            Client(url, verbose=False).predict("Warm-up.", 2, 2, api_name="/lookahead")
+            alone, shared, click_alone, click_during, n = explanation_under_clicks(url, args.clicks)
+        finally:
+            os.killpg(server.pid, 9)
+        print("| A's explanation alone (s) | under B's clicks (s) | ratio | B's click alone (ms) | during (ms) | "
+              "ratio | B's clicks |\n|---:|---:|---:|---:|---:|---:|---:|")
+        print(f"| {alone:.1f} | {shared:.1f} | {shared / alone:.2f}× | {1000 * click_alone:.0f} | "
+              f"{1000 * click_during:.0f} | {click_during / click_alone:.2f}× | {n} |")
+        return
     servers = {}
     try:
         print("| A's long job | B's click alone (ms) | during A's job (ms) | ratio | B's slowest click during (ms) | "
