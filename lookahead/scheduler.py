@@ -15,7 +15,9 @@ end, then the long jobs run alone for the time owed (at most MAX_TURN_SECONDS at
 one turn, and a long job keeps finishing.
 
 A session has at most one long job of each kind: a new one cancels the one before (the visitor asked a new
-question), and `cancel` stops them all (Stop, a closed tab, a reload).
+question), and `cancel` stops them all (Stop, a closed tab, a reload). A cancel can come before the job it means
+has started (a newer event arriving while the older one is on its way to starting it): where the caller says when
+the question was asked (`ASKED_AT`), a job of a kind its session cancelled since then starts cancelled.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Hashable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -40,6 +44,9 @@ Step, Result = TypeVar("Step"), TypeVar("Result")
 LONG_SHARE = 0.3
 MIN_TURN_SECONDS = 0.05  # a turn shorter than a few slices (each at most tens of ms) would only add switches
 MAX_TURN_SECONDS = 0.5  # the longest a click waits for long work; what more is owed comes in later turns
+KEPT_CANCELS = 4096  # (session, kind) pairs whose last cancel is remembered, for jobs asked before it to start
+# When the question a job answers was asked (time.monotonic()), set by the caller where it knows (the page's events).
+ASKED_AT: ContextVar[float | None] = ContextVar("asked_at", default=None)
 
 
 class Cancelled(Exception):
@@ -76,6 +83,7 @@ class Scheduler:
         self._counted_until = time.monotonic()  # when the owed time was last brought up to date
         self._turn_until = 0.0  # interactive requests starting before this wait: long work's turn
         self._thread = threading.local()  # whether this thread is inside an interactive request
+        self._cancelled_at: OrderedDict[tuple[str, str], float] = OrderedDict()  # (session, kind) -> its last cancel
 
     @contextmanager
     def interactive(self) -> Iterator[None]:
@@ -123,7 +131,9 @@ class Scheduler:
         """A new long job of `kind` for `session`, answering `question`; the session's earlier one of that kind is
         cancelled if it answers another question."""
         job = Job(session, kind, question)
+        asked = ASKED_AT.get()
         with self._changed:
+            job.cancelled = asked is not None and self._cancelled_at.get((session, kind), -1.0) > asked
             for earlier in self._jobs:
                 if (earlier.session, earlier.kind) == (session, kind) and earlier.question != question:
                     earlier.cancelled = True
@@ -144,6 +154,12 @@ class Scheduler:
                     if job.session == session and kind in (None, job.kind) and not job.cancelled]
             for job in jobs:
                 job.cancelled = True
+            now = time.monotonic()
+            for each in LONG_JOBS if kind is None else (kind,):
+                self._cancelled_at[(session, each)] = now
+                self._cancelled_at.move_to_end((session, each))
+            while len(self._cancelled_at) > KEPT_CANCELS:
+                self._cancelled_at.popitem(last=False)
             self._changed.notify_all()
         return len(jobs)
 

@@ -77,3 +77,44 @@ def test_a_short_event_answers_at_once_while_its_sessions_long_event_holds_the_t
     asyncio.run(main())
     assert log == ["long starts", "answered at once", "computed", "long ends", "computed"]
     assert len(order) == 0 and not order.busy_with_long("writer")
+
+
+def test_a_job_the_event_was_about_to_start_when_a_newer_event_of_its_session_arrived_starts_cancelled():
+    """The fit's gap: an event has its turn and has decided to start a long job when the session's next event arrives
+    and cancels the session's jobs of that kind, none of which has started yet. The job, asked before the cancel,
+    starts cancelled, so the newer event does not wait for it; one the newer event starts runs; another session's
+    and an API caller's (no event) are untouched."""
+    from lookahead.scheduler import Scheduler
+
+    order, jobs, started = SessionOrder(), Scheduler(), {}
+    deciding, decided = threading.Event(), threading.Event()
+
+    def fit(name: str):
+        deciding.set()
+        decided.wait(5)  # the newer event arrives here, between the decision and the start
+        started[name] = jobs.start(_session_hash(), "lookahead")
+
+    def start_now(name: str):
+        started[name] = jobs.start(_session_hash(), "lookahead")
+
+    def cancel(session: str) -> None:
+        jobs.cancel(session, "lookahead")
+
+    async def main():
+        LocalContext.request.set(SimpleNamespace(session_hash="writer"))
+        older = asyncio.create_task(order.wrap(fit)("older"))
+        await asyncio.to_thread(deciding.wait, 5)
+        newer = asyncio.create_task(order.wrap(start_now, arriving=cancel)("newer"))
+        await asyncio.sleep(0.05)  # it has arrived, and waits for the turn
+        decided.set()
+        await asyncio.gather(older, newer)
+        LocalContext.request.set(SimpleNamespace(session_hash="another visitor"))
+        await order.wrap(start_now)("another's")
+
+    asyncio.run(main())
+    assert started["older"].cancelled and not started["newer"].cancelled and not started["another's"].cancelled
+    assert not jobs.start("writer", "lookahead").cancelled, "a caller that says nothing of when it asked"
+
+
+def _session_hash() -> str:
+    return LocalContext.request.get().session_hash

@@ -19,11 +19,14 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
 from gradio.components import State
 from gradio.context import LocalContext
+
+from lookahead.scheduler import ASKED_AT
 
 _DONE = object()
 
@@ -84,6 +87,12 @@ class SessionOrder:
         stays `fn`'s (functools.wraps), so gradio passes the same inputs, gr.Request and gr.EventData included.
         """
         states = {i: component for i, component in enumerate(inputs) if isinstance(component, State)}
+        def asked(session: str) -> float:
+            """The event arrives: it makes the session's earlier work stale; when, for the jobs it starts."""
+            if arriving is not None:
+                arriving(session)
+            return time.monotonic()
+
         def busy(session: str) -> bool:
             return not long and while_long is not None and self.busy_with_long(session)
 
@@ -92,14 +101,13 @@ class SessionOrder:
             @functools.wraps(fn)
             async def stream(*args, **kwargs):
                 session = _session()
-                if arriving is not None:
-                    arriving(session)
+                at = asked(session)
                 if busy(session):
                     yield while_long()
                     return
                 async with self.turn(session, long):
                     iterator = fn(*_fresh(args, states, session), **kwargs)
-                    while (item := await anyio.to_thread.run_sync(next, iterator, _DONE)) is not _DONE:
+                    while (item := await anyio.to_thread.run_sync(as_asked, at, next, iterator, _DONE)) is not _DONE:
                         yield _published(item, session)
 
             return stream
@@ -107,15 +115,23 @@ class SessionOrder:
         @functools.wraps(fn)
         async def call(*args, **kwargs):
             session = _session()
-            if arriving is not None:
-                arriving(session)
+            at = asked(session)
             if busy(session):
                 return while_long()
             async with self.turn(session, long):
-                answer = await anyio.to_thread.run_sync(functools.partial(fn, *_fresh(args, states, session), **kwargs))
+                answer = await anyio.to_thread.run_sync(functools.partial(
+                    as_asked, at, fn, *_fresh(args, states, session), **kwargs))
                 return _published(answer, session)
 
         return call
+
+
+def as_asked(at: float, fn: Callable, *args, **kwargs) -> object:
+    """`fn(*args, **kwargs)` for an event that arrived `at`: a long job it starts, of a kind its session cancelled
+    since (a newer event arriving while this one waited or began), starts cancelled (lookahead/scheduler.py). Each
+    call to a thread runs in a copy of the context: the setting ends with it."""
+    ASKED_AT.set(at)
+    return fn(*args, **kwargs)
 
 
 def _session_state(session: str):
