@@ -27,6 +27,7 @@ from mcp_client import answer, call
 ROOT = Path(__file__).resolve().parents[1]
 DURATION_FACTOR = 1.5  # ZeroGPU's current hardware, as the emulation reports it
 CROWD = 24
+SCENARIO_SECONDS = 600  # the longest the emulated Space may take over a scenario, starting included
 
 
 @pytest.fixture(scope="module")
@@ -308,3 +309,46 @@ def test_mcp_tools_answer_as_on_the_cpu_and_refuse_without_a_gpu(space):
     refused = call(url, "lookahead", {"text": "Hi", "depth": 99})
     assert refused.isError and refused.content[0].text == "depth must be between 1 and 16, got 99"
     assert len(scheduled(log)) == before, "a refused request schedules no GPU"
+
+
+def scenario(name: str, tmp_path: Path) -> list[dict]:
+    """The events of a scenario tests/zerogpu_space.py runs in the emulated Space's own process."""
+    log = tmp_path / "schedule.jsonl"
+    log.touch()
+    env = {k: v for k, v in os.environ.items() if k not in ("LOOKAHEAD_MODEL", "SPACE_ID")}
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), name, str(log)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=SCENARIO_SECONDS)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # the process and its forked GPU workers
+        raise
+    events = [line.removeprefix("EVENTS ") for line in output.splitlines() if line.startswith("EVENTS ")]
+    assert events, f"the scenario {name} gave no events:\n{output}"
+    return json.loads(events[0])
+
+
+def test_stop_reaches_the_explanation_in_its_gpu_worker(tmp_path):
+    """Stop on a Space, in its process: the session's explanation stops in its GPU worker within the pass under way,
+    and the GPU call returns, giving its GPU back, while another session's explanation runs on to its answer."""
+    events = scenario("stop", tmp_path)
+    stopped = [event for event in events if event["session"] == "stopped"]
+    question, *reported, result = [event for event in events if event["session"] == "running"]
+    (cancel,) = [event for event in stopped if "cancelled" in event]
+    assert cancel["cancelled"] == 1 and len(cancel["busy"]) == 2, "the cancel found the job, both GPUs at work"
+    passes = [event["done"] for event in stopped if "done" in event]
+    after_cancel = [event for event in stopped[stopped.index(cancel):] if "done" in event]
+    of = next(event["of"] for event in stopped if "of" in event)
+    assert passes == list(range(1, len(passes) + 1)) and len(after_cancel) <= 1, "at most the pass under way ended"
+    assert passes[-1] <= 2 < of // 2, "the job ended far before the passes it was asked for"
+    end = stopped[-1]
+    assert end["raised"] == "Cancelled", "the caller gets Cancelled, as off ZeroGPU, not a worker error"
+    assert end["busy"] == reported[0]["busy"], "as the call returned its GPU was given back; the other's still works"
+
+    assert events.index(end) < events.index(result), "the other explanation ran on after the cancel"
+    assert [event["done"] for event in reported] == list(range(1, reported[0]["of"] + 1))
+    local = cli.attribution(question["text"], None, "integrated_gradients", question["steps"], session="local stop")
+    assert result["target"] == local["target"]["token_id"]
+    assert result["scores"] == pytest.approx([token["score"] for token in local["tokens"]], abs=1e-5)

@@ -1,4 +1,5 @@
-"""Serve app.py as a ZeroGPU Space does, on this CPU: `python tests/zerogpu_space.py PORT LOG`.
+"""Serve app.py as a ZeroGPU Space does, on this CPU: `python tests/zerogpu_space.py PORT LOG`;
+or, with `stop` for PORT, run `stop_one_of_two` in the Space's process and print its events.
 
 The real `spaces` package runs in ZeroGPU mode: its import-time CUDA emulation (the model
 is "moved to CUDA" at import and packed off), a forked worker process per GPU task,
@@ -83,6 +84,7 @@ client.startup_report = lambda: None
 zero_torch.init = lambda nvidia_uuid: None
 
 import app  # noqa: E402  (loads the model at import and "moves" it to CUDA, as ZeroGPU requires)
+import custom_llm_inference as cli  # noqa: E402
 
 originals = {fake: original for fake, original in patching.cuda_aliases.items() if original is not None}
 assert originals, "the model should have been moved to (emulated) CUDA at import"
@@ -96,7 +98,55 @@ def move(callback=None):
 
 zero_torch.move = move
 
+STOP_TEXT = "The keeper climbed the stairs of the lighthouse, lit the lamp, and watched the boats come home"
+STOPPED_STEPS, RUNNING_STEPS = 64, 32  # integrated-gradients points: 16 passes for the one stopped, 8 for the other
+
+
+def stop_one_of_two() -> list[dict]:
+    """What Stop does on a Space: two sessions' explanations run at once, each in a GPU worker of its own; once
+    session "stopped" has had a pass reported, this process cancels that session, as Stop does. Returns the events
+    as they came here, in order: each explanation's question, each pass reported, the cancel (how many jobs it
+    found), each explanation's end (its result, or the exception it raised), each with the emulated GPUs busy then."""
+    events: list[dict] = []
+    changed = threading.Condition()
+
+    def record(**event) -> None:
+        with changed:
+            events.append({**event, "busy": sorted(_busy)})
+            changed.notify_all()
+
+    def explain(session: str, steps: int) -> None:
+        record(session=session, text=STOP_TEXT, steps=steps)
+        try:
+            for item in cli.attribution_stream(STOP_TEXT, None, "integrated_gradients", steps, session=session):
+                if "done" in item:
+                    record(session=session, done=item["done"], of=item["of"])
+                else:
+                    record(session=session, target=item["target"]["token_id"],
+                           scores=[token["score"] for token in item["tokens"]])
+        except Exception as error:  # the test reads which
+            record(session=session, raised=type(error).__name__)
+
+    def reported(session: str) -> bool:
+        return any(event["session"] == session and "done" in event for event in events)
+
+    threads = {session: threading.Thread(target=explain, args=(session, steps))
+               for session, steps in (("running", RUNNING_STEPS), ("stopped", STOPPED_STEPS))}
+    for session, thread in threads.items():
+        thread.start()
+        with changed:
+            changed.wait_for(lambda: reported(session))
+    record(session="stopped", cancelled=cli.cancel("stopped"))
+    for thread in threads.values():
+        thread.join()
+    return events
+
+
 if __name__ == "__main__":
-    _, url, _ = app.launch(server_name="127.0.0.1", server_port=int(sys.argv[1]), prevent_thread_lock=True, quiet=True)
-    print(f"SERVING {url}", flush=True)
-    threading.Event().wait()
+    if sys.argv[1] == "stop":
+        print("EVENTS " + json.dumps(stop_one_of_two()), flush=True)
+    else:
+        _, url, _ = app.launch(server_name="127.0.0.1", server_port=int(sys.argv[1]), prevent_thread_lock=True,
+                               quiet=True)
+        print(f"SERVING {url}", flush=True)
+        threading.Event().wait()
