@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
@@ -102,6 +103,7 @@ MAX_STOPS, MAX_STOP_CHARS = 8, 200
 MAX_STEPS, MAX_WINDOW = 64, 2048  # attribution: integrated-gradients points, tokens explained
 MAX_SEED = 2**63 - 1  # torch.Generator's seeds are 64-bit
 MAX_FIT_TOKENS = 256  # tokens after the caret a branch's fit is measured on
+PARTIAL_POLL_SECONDS = 0.5  # how often token_probabilities(partial=False) asks again while a long text is read
 GENERATION_METHODS = ("greedy", "lookahead")
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
@@ -302,7 +304,7 @@ def next_token_distribution(
 
 def token_probabilities(
     text: str, k: int = 5, *, session: str = "default", model_name: str | None = None,
-    messages: list[dict] | None = None,
+    messages: list[dict] | None = None, partial: bool = True,
 ) -> dict:
     """Each token of `text` as the model saw it: how likely it was given everything before it.
 
@@ -318,9 +320,21 @@ def token_probabilities(
     is beyond, its probability below theirs; `entropy` is then a lower bound). The session keeps each token's
     scores, so after an edit or a click only the new tokens are scored (`reused_tokens` were not run again). In chat
     mode (`messages`) the tokens listed are the reply's, scored after the whole conversation.
+
+    A long text the session has not scored yet is read in the background (as `lookahead` reads one; in-process,
+    off ZeroGPU). With `partial` the call answers at once with what is scored so far: `tokens` lists only the
+    first tokens, those scored (the rest are left out), and the answer has "partial": {"read_tokens",
+    "context_tokens"} (how many of the context's tokens are scored, of how many) and a "notice" saying so. Asked
+    again, more of them; once the text is read, the whole answer, which has no "partial". `partial=False` answers
+    once the text is read (for a caller that will not ask again).
     """
     common = _common(text, session, model_name, messages)
-    return _backend.scores(ScoresRequest(**common, k=_check_int("k", k, 1, MAX_ALTERNATIVES)))
+    request = ScoresRequest(**common, k=_check_int("k", k, 1, MAX_ALTERNATIVES))
+    result = _backend.scores(request)
+    while not partial and "partial" in result:  # the read goes on in the background: asked again until it is done
+        time.sleep(PARTIAL_POLL_SECONDS)
+        result = _backend.scores(request)
+    return result
 
 
 def attribution(

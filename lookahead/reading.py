@@ -11,7 +11,8 @@ session's next call answers exactly, from the cache, running only the text's las
 Reads run in one thread, taking turns chunk by chunk. A text is read in chunks that begin at multiples of
 READ_CHUNK_TOKENS, whatever was read before: the boundaries depend on token positions alone, so a text read
 twice, or read after an interruption, gives the same bits. For a session that scores its tokens (the heatmap
-shown) each chunk is scored as it goes (lookahead/scoring.py), so the heatmap is ready when the read ends.
+shown) each chunk is scored as it goes (lookahead/scoring.py): meanwhile the heatmap lists the tokens of the chunks
+scored so far (`Read.rows`), and it is whole when the read ends.
 `window` is measured, not assumed: the tokens this machine reads in FIRST_ANSWER_SECONDS, timed on one chunk.
 """
 
@@ -56,7 +57,9 @@ class Read:
     scored: bool  # whether each token is scored too (a session showing the heatmap)
     read_tokens: int = 0  # of `ids`, in the cache so far
     cache: DynamicCache | None = None  # being filled, between chunks
-    rows: Scores | None = None  # the scores of the tokens in it, when scored
+    # The scores of the tokens read so far, when scored: replaced whole after each chunk, never changed in place, so
+    # a request thread that takes it gets the rows of whole chunks (a partial heatmap) while this one reads on.
+    rows: Scores | None = None
     finished: threading.Event = field(default_factory=threading.Event)
     answers: dict[Hashable, dict] = field(default_factory=dict)  # partial answers given, by request
 
@@ -188,7 +191,7 @@ class Reader:
     def _finish(self, read: Read) -> None:
         """Store what `read` read (all of it or, once cancelled, its whole chunks), and end it."""
         done, cache, rows = read.read_tokens, read.cache, read.rows
-        read.cache = read.rows = None
+        read.cache = None  # its rows stay: a request that took this read may still list them
         if cache is not None and done > 0:
             for layer in cache.layers:  # a chunk cut short left some layers longer than others
                 if layer.get_seq_length() > done:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import torch
 
 import custom_llm_inference as cli
 from lookahead import reading
@@ -17,6 +18,7 @@ from threads import SECONDS, run_threads, until
 
 WINDOW = 96  # tokens a partial answer reads, set here instead of measured
 CHUNK = 128  # small chunks, so a text of a few hundred tokens is read in several
+POLL_SECONDS = 0.05  # between a partial heatmap and the next ask: the read, not the asking, gets the cores
 TEXT = ("The lighthouse keeper counted the ships that passed the rocks at night, and wrote each name in a "
         "book with a green cover. ") * 24  # ~600 tokens
 
@@ -133,13 +135,70 @@ def test_a_text_read_with_interruptions_gives_the_same_bits_as_read_without(part
     assert resumed["branches"] == whole["branches"]
 
 
-def test_the_heatmap_of_a_long_text_waits_for_the_read_and_equals_transformers(partial_answers, embedded):
+def heatmap_until_read(text: str, session: str) -> list[dict]:
+    """token_probabilities asked again and again while `text` is read: every answer, the whole one last."""
+    answers = [cli.token_probabilities(text, 3, session=session)]
+    while "partial" in answers[-1]:
+        time.sleep(POLL_SECONDS)
+        answers.append(cli.token_probabilities(text, 3, session=session))
+    return answers
+
+
+def test_a_long_texts_heatmap_answers_at_once_with_the_tokens_read_so_far_then_fills_in_to_transformers_scores(
+    partial_answers, embedded
+):
     model, tokenizer = embedded
-    text = TEXT[:1200]
-    result = cli.token_probabilities(text, 3, session="A")
-    assert scheduler.running("A") == [] and prefix_caches.shared(key("A"), ids_of(text, tokenizer)) >= CHUNK
-    for token, row in zip(result["tokens"][1:], reference_scores(model, tokenizer, text, 3)[1:]):
+    text = TEXT * 2
+    n = len(ids_of(text, tokenizer))
+    answers = heatmap_until_read(text, "A")
+    first, whole = answers[0], answers[-1]
+    assert first["partial"] == {"read_tokens": len(first["tokens"]), "context_tokens": n}, "before the read ended"
+    assert first["notice"].startswith("Partial")
+    progress = [answer["partial"]["read_tokens"] for answer in answers[:-1]]
+    assert progress == sorted(progress), "each answer lists at least the tokens the one before it did"
+    for answer in answers[:-1]:
+        assert len(answer["tokens"]) == answer["partial"]["read_tokens"], "the tokens not scored yet are left out"
+        assert answer["tokens"] == whole["tokens"][: len(answer["tokens"])], "the whole answer's first tokens"
+        assert answer["context_tokens"] == n
+    assert "partial" not in whole and "notice" not in whole and len(whole["tokens"]) == n
+    assert whole["reused_tokens"] == n - 1, "the read stored all but the last token, which the call ran"
+    assert scheduler.running("A") == []
+    for token, row in zip(whole["tokens"][1:], reference_scores(model, tokenizer, text, 3)[1:]):
         assert token["logprob"] == pytest.approx(row["logprob"], abs=1e-4)
+        assert token["rank"] in row["ranks"]
+
+
+def test_the_tokens_listed_while_a_text_is_read_are_a_whole_reads_bits(partial_answers, embedded):
+    _, tokenizer = embedded
+    text = TEXT * 2
+    ids = ids_of(text, tokenizer)
+    cli.token_probabilities(text, 3, session="A")
+    read = reader._reads[key("A")]
+    until_read(read, 2 * CHUNK)
+    with scheduler.interactive():  # the read waits at its next slice: what it scored stays as it is, meanwhile
+        partial = cli.token_probabilities(text, 3, session="A")
+        rows = read.rows
+    assert partial["partial"]["read_tokens"] == len(rows) >= 2 * CHUNK and not read.finished.is_set()
+    whole = cli.token_probabilities(text, 3, session="B", partial=False)  # another session, its own read
+    assert partial["tokens"] == whole["tokens"][: len(rows)]
+    read_whole = prefix_caches.scores(key("B"), ids[: len(rows)])
+    for mine, theirs in zip(rows._rows(), read_whole._rows()):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0, equal_nan=True)
+    reader.wait("A")
+    assert cli.token_probabilities(text, 3, session="A") == whole
+
+
+def test_asked_while_a_text_without_scores_is_read_the_heatmap_reads_it_again_scoring_each_token(
+    partial_answers, embedded
+):
+    model, tokenizer = embedded
+    cli.lookahead(TEXT, session="A")
+    unscored = reader._reads[key("A")]
+    assert not unscored.scored
+    answers = heatmap_until_read(TEXT, "A")
+    assert unscored.finished.is_set() and "partial" in answers[0]
+    assert answers[-1] == cli.token_probabilities(TEXT, 3, session="B", partial=False)
+    assert cli.lookahead(TEXT, session="A")["partial"] is None, "the scored read serves the suggestions too"
 
 
 def test_forgetting_a_session_stops_its_read_and_keeps_nothing(partial_answers, embedded):
@@ -186,6 +245,44 @@ def test_stress_reads_clicks_edits_and_departures_of_several_sessions_answer_as_
         for entry in result["distribution"]:
             if entry["token_id"] in want:
                 assert entry["logprob"] == pytest.approx(want[entry["token_id"]], abs=1e-4)
+
+
+def test_stress_heatmaps_of_several_sessions_read_edited_and_left_at_once_list_what_a_whole_read_gives(
+    partial_answers, monkeypatch, embedded
+):
+    """Sessions ask for the heatmaps of long texts, their suggestions, Stop and leave at once, while the texts
+    are read: no exception, no deadlock, and every answer, partial or whole, lists the tokens a fresh session
+    that scores the text whole lists, in the same order."""
+    texts = [TEXT[: 700 * (i + 1)] for i in range(3)]
+    answers: list[tuple[str, dict]] = []
+
+    def visitor(session: str):
+        def work(rng) -> None:
+            going = until(SECONDS)
+            while going():
+                text, dice = rng.choice(texts), rng.random()
+                if dice < 0.1:
+                    cli.end_session(session)
+                elif dice < 0.2:
+                    cli.cancel(session)
+                elif dice < 0.35:
+                    cli.lookahead(text, 2, 2, session=session)
+                else:
+                    answers.append((text, cli.token_probabilities(text, 3, session=session)))
+        return work
+
+    run_threads([visitor(f"S{i}") for i in range(3)])
+    reader.wait()
+    assert not reader._reads and scheduler.running() == []
+    assert any("partial" in answer for _, answer in answers) and any("partial" not in a for _, a in answers)
+    monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 0)
+    expected = {text: cli.token_probabilities(text, 3, session=f"fresh-{i}") for i, text in enumerate(texts)}
+    for text, answer in answers:
+        tokens, want = answer["tokens"], expected[text]["tokens"]
+        assert len(tokens) == (answer["partial"]["read_tokens"] if "partial" in answer else len(want))
+        assert [t["token_id"] for t in tokens] == [t["token_id"] for t in want[: len(tokens)]]
+        for token, wanted in zip(tokens[1:], want[1:]):
+            assert token["logprob"] == pytest.approx(wanted["logprob"], abs=1e-4)
 
 
 def test_reads_take_turns_so_a_short_text_pasted_after_a_long_one_is_read_first(partial_answers, embedded):

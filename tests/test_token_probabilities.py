@@ -3,12 +3,17 @@ equal to one independent transformers pass over the whole text, and scored only 
 
 import json
 import math
+import threading
+import time
 
 import pytest
 
 import custom_llm_inference as cli
 from lookahead import scoring
+from lookahead.backends.in_process import prefix_caches
+from lookahead.scheduler import Cancelled, Job, scheduler
 from reference import assert_matches_reference, reference_lookahead, reference_scores
+from threads import JOIN_SECONDS, SECONDS, run_threads, until
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -117,6 +122,98 @@ def test_past_the_context_the_window_is_scored_and_the_rest_says_none(tiny_model
     reference = reference_scores(model, tokenizer, "", 3, ids[dropped:])
     for token, ref in zip(tokens[dropped + 1 :], reference[1:]):
         assert token["logprob"] == pytest.approx(ref["logprob"], abs=1e-4) and token["rank"] in ref["ranks"]
+
+
+def scoring_job(session: str, thread: threading.Thread) -> Job:
+    """The session's scoring, once it has run some of its slices."""
+    while not (jobs := [job for job in scheduler.running(session) if job.kind == "read" and job.slices]):
+        assert thread.is_alive(), "the text was scored before it could be stopped: make it longer"
+        time.sleep(0.01)
+    return jobs[0]
+
+
+def assert_stored_whole(session: str, model_name: str) -> None:
+    """The session's cache and scores, if any, cover the same tokens: nothing of a cut pass kept."""
+    entry = prefix_caches._entries.get((model_name, session))
+    if entry is not None:
+        assert [layer.get_seq_length() for layer in entry.cache.layers] == [len(entry.ids)] * len(entry.cache.layers)
+        assert entry.scores is None or len(entry.scores) <= len(entry.ids)
+
+
+@pytest.mark.parametrize("stop", ["cancel", "newer request"])
+def test_scoring_many_new_tokens_stops_within_a_slice_when_cancelled_or_asked_something_newer(embedded, stop):
+    """The tokens an insertion leaves to score are scored as a long job: Stop (cancel) or the session's newer
+    request stops it at its next slice, and the session keeps its cache as it was before."""
+    model, tokenizer = embedded
+    name, start = cli.default_model_name(), TEXTS[0]
+    cli.token_probabilities(start, 3, session="A")
+    held = prefix_caches._entries.get((name, "A")).ids
+    long = start + " " + " ".join(TEXTS[1] for _ in range(100))
+    failures: list[BaseException] = []
+
+    def score() -> None:
+        try:
+            cli.token_probabilities(long, 3, session="A")
+        except BaseException as error:  # noqa: BLE001 - looked at in the test's thread
+            failures.append(error)
+
+    thread = threading.Thread(target=score, daemon=True)
+    thread.start()
+    job = scoring_job("A", thread)
+    if stop == "cancel":
+        with scheduler.interactive():  # it waits at its next slice, then stops there
+            while not job.waits:
+                time.sleep(0.01)
+            assert cli.cancel("A") >= 1
+    else:
+        newer = cli.token_probabilities(TEXTS[1], 3, session="A")
+        assert_matches(newer, reference_scores(model, tokenizer, TEXTS[1], 3), TEXTS[1], tokenizer)
+    thread.join(JOIN_SECONDS)
+    assert [type(error) for error in failures] == [Cancelled] and job.cancelled
+    slices = job.slices
+    assert job not in scheduler.running() and job.slices == slices, "its slice count stopped growing"
+    assert_stored_whole("A", name)
+    if stop == "cancel":
+        kept = prefix_caches._entries.get((name, "A"))
+        assert kept is not None and kept.ids == held[: len(kept.ids)], "what it took, back as it was"
+    again = cli.token_probabilities(long, 3, session="A")
+    assert_matches(again, reference_scores(model, tokenizer, long, 3), long, tokenizer)
+
+
+def test_stress_scorings_cancelled_at_random_keep_every_session_whole_and_answer_as_a_fresh_pass(embedded):
+    """Sessions score texts while Stop cancels them at random: each call answers as transformers computes or is
+    cancelled, every session's cache stays whole, and asked again each answers as transformers computes."""
+    model, tokenizer = embedded
+    name = cli.default_model_name()
+    texts = [" ".join(TEXTS[i % 2] for i in range(n)) for n in (6, 12, 18)]
+    references = {text: reference_scores(model, tokenizer, text, 3) for text in texts}
+    sessions = [f"S{i}" for i in range(3)]
+
+    def visitor(session: str):
+        def work(rng) -> None:
+            going = until(SECONDS)
+            while going():
+                text = rng.choice(texts)
+                try:
+                    answer = cli.token_probabilities(text, 3, session=session)
+                except Cancelled:
+                    continue
+                assert_matches(answer, references[text], text, tokenizer)
+                assert_stored_whole(session, name)
+        return work
+
+    def canceller(rng) -> None:
+        going = until(SECONDS)
+        while going():
+            cli.cancel(rng.choice(sessions))
+            time.sleep(rng.random() / 20)
+
+    run_threads([*(visitor(session) for session in sessions), canceller])
+    assert scheduler.running() == []
+    for session in sessions:
+        assert_stored_whole(session, name)
+        for text in texts:
+            assert_matches(cli.token_probabilities(text, 3, session=session), references[text], text, tokenizer)
 
 
 @pytest.mark.parametrize(

@@ -121,10 +121,13 @@ def api_token_probabilities(
         An object: "tokens", each with "token", "start"/"end" (its characters in text), "prob", "rank" (1 is the
         model's first choice), "entropy" in bits and "alternatives" (the top k there); and token counts. Through
         a server that returns only its top N, a token outside them has "rank_above": N instead of a probability.
+        While a long text is read, only its tokens scored so far, with "partial" ("read_tokens" of "context_tokens")
+        and a "notice": ask again for the rest (an MCP call answers once the whole text is scored).
     """
     with caller_session(request) as session:
         return reply(cli.token_probabilities(
-            text, k, session=session, messages=messages, model_name=cli.offered_model_name(model_name)
+            text, k, session=session, messages=messages, model_name=cli.offered_model_name(model_name),
+            partial=not from_mcp(request),  # an MCP call's session ends with it: no read to follow
         ), request)
 
 

@@ -64,7 +64,7 @@ from lookahead.results import (
 )
 from lookahead.sampling import Sampling
 from lookahead.scheduler import Cancelled, scheduler
-from lookahead.scoring import extend_and_score
+from lookahead.scoring import extend_and_score, unscored
 from lookahead.sessions import SessionStore
 from lookahead.speculation import ScratchStore, Speculator
 
@@ -139,9 +139,18 @@ class InProcess:
         ready = _token_probabilities(request, stored_only=True)
         if ready is not None:
             return ready
-        _wait_for_read(request)
-        with scheduler.interactive():
-            return last(self._serve(request))
+        read = _read_first(request)
+        if read is not None:  # a long text: the tokens its read has scored so far, at once (lookahead/reading.py)
+            return _partial_scores(request, read)
+        # The few tokens left (at most READ_IN_CALL_WINDOWS windows), as a long job rather than interactive work: a
+        # newer read of the session, Stop or its departure stops them within a slice, and other visitors' clicks
+        # come first.
+        job = scheduler.start(request.session, "read", request)
+        try:
+            with scheduler.sliced(job):
+                return last(self._serve(request))
+        finally:
+            scheduler.finish(job)
 
     def generate(self, request: GenerateRequest) -> Iterator[dict]:
         yield from self._serve(request)
@@ -345,9 +354,9 @@ def _read_first(request: LookaheadRequest | DistributionRequest | ScoresRequest)
     return reader.plan(request.key, ids, request.model, model, scored or prefix_caches.scoring(request.key))
 
 
-def _wait_for_read(request: DistributionRequest | ScoresRequest) -> None:
+def _wait_for_read(request: DistributionRequest) -> None:
     """Let a long text be read as a long job first, its slices yielding to everyone's clicks, rather than in
-    one pass that holds them all up (a distribution or a heatmap has no partial answer)."""
+    one pass that holds them all up (a distribution has no partial answer)."""
     read = _read_first(request)
     if read is not None:
         read.finished.wait()
@@ -367,6 +376,22 @@ def _partial_lookahead(request: LookaheadRequest, read: Read) -> dict:
     notice = (f"Partial: from the text's last {partial['window_tokens']} tokens, while all "
               f"{partial['context_tokens']} are read ({partial['read_tokens']} so far); asked again once the "
               "text is read, the answer is exact.")
+    return {**result, "partial": partial, "notice": notice}
+
+
+def _partial_scores(request: ScoresRequest, read: Read) -> dict:
+    """The tokens `read` has scored so far, listed while it reads on (the rest left out), and how far it got. Its
+    rows are taken once: the reader replaces them whole after each chunk, so they are whole chunks' rows, the
+    same bits as the whole text's first rows once it is read."""
+    model, tokenizer = load_model(request.model_name)
+    scored = read_scored_text(request, tokenizer, _context_limit(model))
+    rows = read.rows
+    if rows is None:  # queued behind other reads: nothing scored yet
+        rows = unscored(torch.tensor(scored.ids[:0], dtype=torch.long))
+    result = scores_result(request.model, scored, rows, len(rows), request.k, tokenizer, len(request.text))
+    partial = {"read_tokens": len(rows), "context_tokens": len(scored.ids)}
+    notice = (f"Partial: the first {partial['read_tokens']} of {partial['context_tokens']} tokens, scored while the "
+              "text is read; asked again, more of them, and once it is read, all.")
     return {**result, "partial": partial, "notice": notice}
 
 
@@ -429,7 +454,13 @@ def _token_probabilities(request: ScoresRequest, stored_only: bool = False) -> d
         return None
     if rows is None:
         cache, reused, known = prefix_caches.take(key, ids, scored=True)
-        _, rows = extend_and_score(model, torch.tensor([ids], device=model.device), cache, known)
+        try:
+            _, rows = extend_and_score(model, torch.tensor([ids], device=model.device), cache, known)
+        except Cancelled:  # the session's cache goes back as it was taken, nothing of the cut pass kept
+            if reused:
+                cache.keep(reused, [])  # each layer cut on its own: one cancelled mid-pass holds more entries
+                prefix_caches.put(key, ids[:reused], cache, (), known.head(reused))
+            raise
         prefix_caches.put(key, ids, cache, (), rows)
     all_ids = scored.encoding["input_ids"]
     result = scores_result(request.model, scored, rows, reused, request.k, tokenizer, len(request.text),
