@@ -114,3 +114,28 @@ def test_on_a_phone_the_second_panel_comes_under_the_first(app_url, browser, tin
     page.locator("#branch-2-0").tap()
     expect(page.locator("#text textarea")).not_to_have_value(TEXT)
     page.screenshot(path=str(SHOTS / "compare-phone.png"), full_page=True)
+
+
+def test_a_long_texts_heatmap_shows_its_progress_then_fills_in_by_itself(app_url, browser, monkeypatch):
+    """A long paste with the heatmap on: its first tokens coloured with the progress under them, then, with no
+    click, the whole heatmap, as the engine scores the text."""
+    from lookahead import reading
+    from lookahead.backends.in_process import reader
+    from reference import next_logits
+    from ui.heatmap import bucket
+
+    url, _ = app_url
+    monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)  # partial answers on, with a small window
+    monkeypatch.setitem(reader._windows, cli.default_model_name(), 96)
+    text = " ".join(f"{i}. The keeper lit the lamp and watched the ships pass the rocks." for i in range(60))
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(url)
+    page.locator("#heatmap-on input").check()
+    type_text(page, text)
+    model, tokenizer = cli.load_model(cli.default_model_name())
+    ids = tokenizer(text)["input_ids"]
+    expect(page.locator("#heatmap-progress")).to_contain_text(f"of {len(ids):,} tokens")
+    expect(page.locator("#heatmap-progress")).to_have_count(0)
+    last = {"prob": float(next_logits(model, ids[:-1]).float().softmax(-1)[ids[-1]])}  # one pass, no cache
+    expect(page.locator("#heatmap-text .tk").last).to_have_class(f"tk b{bucket(last, 'probability')}")
+    reader.stop()

@@ -4,8 +4,11 @@ starts over when asked again, keeps what it read when interrupted, and reads the
 
 from __future__ import annotations
 
+import json
 import time
+from dataclasses import replace
 
+import gradio as gr
 import pytest
 import torch
 
@@ -199,6 +202,39 @@ def test_asked_while_a_text_without_scores_is_read_the_heatmap_reads_it_again_sc
     assert unscored.finished.is_set() and "partial" in answers[0]
     assert answers[-1] == cli.token_probabilities(TEXT, 3, session="B", partial=False)
     assert cli.lookahead(TEXT, session="A")["partial"] is None, "the scored read serves the suggestions too"
+
+
+def test_the_page_shows_a_long_texts_first_tokens_and_the_progress_then_fills_in_by_itself(
+    partial_answers, embedded
+):
+    from types import SimpleNamespace
+
+    from ui.controls import Context, HeatmapView
+    from ui.panels.heatmap import HEATMAP_ALTERNATIVES, fill_in, follow_suggestions, read_timer
+    from ui.panels.suggestions import Suggestions
+
+    request = SimpleNamespace(session_hash="A")
+    context = Context("plain text", None, None, cli.default_model_name())
+    view = HeatmapView(on=True, colour_by="probability", threshold=10, shown=None)
+    suggested = cli.lookahead(TEXT, 3, 3, session="A")
+    assert suggested["partial"] is not None
+    update = follow_suggestions(TEXT, Suggestions(TEXT, suggested, None), view, context, request)
+    shown = update["heatmap_state"]
+    assert "partial" in shown.result and read_timer(shown).active
+    assert f"of {shown.result['context_tokens']:,} tokens" in json.loads(update["heatmap"])["frame"]
+    view = replace(view, shown=shown)
+    assert follow_suggestions(TEXT, Suggestions(TEXT, suggested, None), view, context, request) == gr.skip(), \
+        "it fills in by itself from then on"
+    messages = []
+    while "partial" in view.shown.result:
+        time.sleep(POLL_SECONDS)
+        update = fill_in(TEXT, view, context, request)
+        messages.append(json.loads(update["heatmap"]))
+        view = replace(view, shown=update["heatmap_state"])
+    assert all("frame" not in message for message in messages), "each update sends the tokens scored since"
+    assert "heatmap-progress" not in messages[-1]["disagreements"] and not read_timer(view.shown).active
+    assert view.shown.result == cli.token_probabilities(TEXT, HEATMAP_ALTERNATIVES, session="B", partial=False)
+    assert fill_in(TEXT, view, context, request) == gr.skip(), "whole: the timer asks nothing more"
 
 
 def test_forgetting_a_session_stops_its_read_and_keeps_nothing(partial_answers, embedded):

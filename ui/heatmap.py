@@ -47,6 +47,7 @@ TOKEN_STYLE = "border-radius:3px;cursor:pointer;padding:1px 0;color:#111"  # eve
 TEXT_STYLE = "white-space:pre-wrap;font:14px/1.9 ui-monospace,monospace;max-height:360px;overflow:auto"
 DETAILS_STYLE = ("min-height:3.4em;font:13px ui-monospace,monospace;padding:6px 8px;margin-bottom:6px;"
                  "border:1px solid var(--border-color-primary);border-radius:6px")
+PLACES_STYLE = "margin-top:10px;font-size:13px"
 ALT_STYLE = ("font:12px ui-monospace,monospace;margin:2px 4px 0 0;padding:1px 6px;border-radius:4px;"
              "border:1px solid var(--border-color-primary);background:var(--background-fill-secondary);cursor:pointer")
 
@@ -124,8 +125,18 @@ def heatmap_message(text: str, result: dict, mode: str, threshold: float, before
 
 
 def places_view(result: dict, mode: str, threshold: float) -> str:
-    """Under the text: where the two models part most, when comparing; else where the model disagreed."""
-    return partings_view(result, mode) if mode in COMPARING else disagreements_view(result["tokens"], threshold)
+    """Under the text: how far the read of a long text got, while it goes on; then where the two models part most,
+    when comparing, else where the model disagreed. One element, which every update message replaces."""
+    places = partings_view(result, mode) if mode in COMPARING else disagreements_view(result["tokens"], threshold)
+    return f'<div id="disagreements" style="{PLACES_STYLE}">{progress_view(result.get("partial"))}{places}</div>'
+
+
+def progress_view(partial: dict | None) -> str:
+    """While a long text is read, how much of it the colours cover: its first tokens, the rest following."""
+    if not partial:
+        return ""
+    return (f'<div id="heatmap-progress" style="margin-bottom:6px">⏳ Scored {partial["read_tokens"]:,} of '
+            f'{partial["context_tokens"]:,} tokens… the rest is coloured as the text is read.</div>')
 
 
 def heatmap_view(text: str, result: dict, mode: str, threshold: float) -> str:
@@ -253,7 +264,7 @@ def partings_view(result: dict, mode: str) -> str:
     heading = (f"<b>Where {html.escape(a)} and {html.escape(b)} part most</b>{per}" if mode == PARTING else
                f"<b>Where one of {html.escape(a)} and {html.escape(b)} expects your text far more</b>{per}")
     body = "".join(rows) or '<div style="color:var(--body-text-color-subdued)">Nowhere yet.</div>'
-    return f'<div id="disagreements" style="margin-top:10px;font-size:13px">{heading}{body}</div>'
+    return heading + body
 
 
 def with_comparison(result: dict, comparison: dict, second: dict | None) -> dict:
@@ -306,4 +317,4 @@ def disagreements_view(tokens: list[dict], threshold: float) -> str:
         )
     heading = f"<b>Where the model disagreed</b> (its choice at least {threshold:g}× likelier than yours)"
     body = "".join(rows) or '<div style="color:var(--body-text-color-subdued)">Nowhere, at this threshold.</div>'
-    return f'<div id="disagreements" style="margin-top:10px;font-size:13px">{heading}{body}</div>'
+    return heading + body

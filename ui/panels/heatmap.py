@@ -7,6 +7,7 @@ How the colours are drawn and sent (only what changed) is ui/heatmap.py's; this 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Protocol
 
 import gradio as gr
 
@@ -19,6 +20,9 @@ from ui.panels.history import EDITED, edited
 from ui.wiring import Update, Wiring, session_key
 
 HEATMAP_ALTERNATIVES = 5  # per token, in the heatmap's details
+# While a long text is read, a heatmap of its first tokens asks again this often for those scored since (the
+# suggestions' partial answers are asked again as often).
+READ_POLL_SECONDS = 1.0
 
 
 def show_heatmap(
@@ -39,15 +43,17 @@ def show_heatmap(
         result = scores(text, view, context, session_key(request))
     else:
         result = shown.result
-    message, shown = heatmap_message(text, result, view.colour_by, view.threshold, shown)
+    mode = MODES[0] if comparing and "models" not in result else view.colour_by  # compared once read
+    message, shown = heatmap_message(text, result, mode, view.threshold, shown)
     return {"heatmap": message, "heatmap_state": shown}
 
 
 def scores(text: str, view: HeatmapView, context: Context, session: str) -> dict:
-    """The first model's listing of the text's tokens; comparing, with how the second model sees each."""
+    """The first model's listing of the text's tokens; comparing, with how the second model sees each (once the
+    text is read: while its first tokens alone are listed, they are coloured by probability)."""
     asked = dict(session=session, messages=context.messages)
     result = cli.token_probabilities(text, HEATMAP_ALTERNATIVES, model_name=context.model_name, **asked)
-    if view.colour_by not in COMPARING:
+    if view.colour_by not in COMPARING or "partial" in result:
         return result
     models = [context.model_name or cli.default_model_name(), view.compare_with]
     comparison = cli.compare(text, models, k=1, n_branches=0, **asked)
@@ -71,6 +77,41 @@ def recolour(text: str, view: HeatmapView, context: Context, request: gr.Request
         return gr.skip()
     return {**show_heatmap(text, view, context, request),
             "heatmap_mode": view.colour_by if view.compare_with else MODES[0]}
+
+
+class Suggested(Protocol):
+    """What the heatmap reads of the suggestions on screen (ui/panels/suggestions.py's Suggestions, which shows it)."""
+
+    text: str
+    result: dict
+
+
+def reading(shown: Shown | None, text: str) -> bool:
+    """Whether the heatmap shows the first tokens of `text` alone, while the rest is read."""
+    return shown is not None and shown.text == text and "partial" in shown.result
+
+
+def read_timer(shown: Shown | None) -> gr.Timer:
+    """The heatmap's timer: on while the heatmap shows part of a long text being read."""
+    return gr.Timer(READ_POLL_SECONDS, active=shown is not None and "partial" in shown.result)
+
+
+def fill_in(text: str, view: HeatmapView, context: Context, request: gr.Request) -> Update:
+    """While the heatmap shows the first tokens of a long text being read: those scored since (all, once read)."""
+    if not view.on or not reading(view.shown, text):
+        return gr.skip()
+    return show_heatmap(text, view, context, request, rescore=True)
+
+
+def follow_suggestions(
+    text: str, suggestions: Suggested | None, view: HeatmapView, context: Context, request: gr.Request
+) -> Update:
+    """Partial suggestions (a long text being read) come without the heatmap: it follows them with the tokens
+    scored so far, then fills in by itself (`fill_in`)."""
+    if (not view.on or suggestions is None or suggestions.text != text or not suggestions.result.get("partial")
+            or reading(view.shown, text)):
+        return gr.skip()
+    return show_heatmap(text, view, context, request, rescore=True)
 
 
 def resend_heatmap(text: str, view: HeatmapView, context: Context, request: gr.Request) -> Update:
@@ -114,6 +155,7 @@ class HeatmapPanel:
             self.view = gr.HTML("", html_template=HEATMAP_TEMPLATE, elem_id="heatmap", js_on_load=HEATMAP_JS)
             self.resync = gr.Button(elem_id="heatmap-resync")  # hidden: pressed by HEATMAP_JS
         self.state = gr.State(None)  # what the page's heatmap shows (ui/heatmap.py's Shown)
+        self.timer = gr.Timer(READ_POLL_SECONDS, active=False)  # on while it shows part of a long text (read_timer)
         self.compare_with = compare_with
         self.controls = Controls(HeatmapView, on=self.on, colour_by=self.mode, threshold=self.threshold,
                                  shown=self.state, compare_with=compare_with)
@@ -129,5 +171,14 @@ class HeatmapPanel:
                                trigger_mode="always_last"))
         self.compare_with.input(**wiring.handler(recolour, inputs, ["heatmap", "heatmap_state", "heatmap_mode"]))
         self.resync.click(**wiring.handler(resend_heatmap, inputs, ["heatmap", "heatmap_state"]))
+        # While a long text is read: the heatmap of its first tokens follows the partial suggestions, then fills in
+        # by itself, without greying the page each second or stopping a caret's fit. Each new view turns the timer
+        # on or off; a listener on the (large) state itself would have gradio hash it around every event.
+        ticks = dict(show_progress="hidden", cancels_fit=False, while_continuing=gr.skip)
+        wiring.slots["read_timer"].tick(**wiring.handler(
+            follow_suggestions, dict(inputs, suggestions="shown_state"), ["heatmap", "heatmap_state"], **ticks))
+        self.timer.tick(**wiring.handler(fill_in, inputs, ["heatmap", "heatmap_state"], **ticks))
+        self.view.change(read_timer, self.state, self.timer, queue=False, show_progress="hidden",
+                         api_visibility="private")
         self.view.select(**wiring.handler(rewind, dict(heatmap_shown=self.state, history="history_state"),
                                           EDITED)).success(**refresh)
