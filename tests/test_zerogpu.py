@@ -332,7 +332,8 @@ def scenario(name: str, tmp_path: Path) -> list[dict]:
 
 def test_stop_reaches_the_explanation_in_its_gpu_worker(tmp_path):
     """Stop on a Space, in its process: the session's explanation stops in its GPU worker within the pass under way,
-    and the GPU call returns, giving its GPU back, while another session's explanation runs on to its answer."""
+    and the GPU call returns, giving its GPU back, while another session's explanation runs on to its answer. One
+    stopped after it was asked and before it started asks for no GPU."""
     events = scenario("stop", tmp_path)
     stopped = [event for event in events if event["session"] == "stopped"]
     question, *reported, result = [event for event in events if event["session"] == "running"]
@@ -352,3 +353,6 @@ def test_stop_reaches_the_explanation_in_its_gpu_worker(tmp_path):
     local = cli.attribution(question["text"], None, "integrated_gradients", question["steps"], session="local stop")
     assert result["target"] == local["target"]["token_id"]
     assert result["scores"] == pytest.approx([token["score"] for token in local["tokens"]], abs=1e-5)
+
+    assert [event.get("raised") for event in events if event["session"] == "late"] == [None, "Cancelled"]
+    assert len(scheduled(tmp_path / "schedule.jsonl")) == 2, "the late one asked for no GPU"

@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -85,6 +86,7 @@ zero_torch.init = lambda nvidia_uuid: None
 
 import app  # noqa: E402  (loads the model at import and "moves" it to CUDA, as ZeroGPU requires)
 import custom_llm_inference as cli  # noqa: E402
+from lookahead.scheduler import ASKED_AT  # noqa: E402
 
 originals = {fake: original for fake, original in patching.cuda_aliases.items() if original is not None}
 assert originals, "the model should have been moved to (emulated) CUDA at import"
@@ -104,8 +106,9 @@ STOPPED_STEPS, RUNNING_STEPS = 64, 32  # integrated-gradients points: 16 passes 
 
 def stop_one_of_two() -> list[dict]:
     """What Stop does on a Space: two sessions' explanations run at once, each in a GPU worker of its own; once
-    session "stopped" has had a pass reported, this process cancels that session, as Stop does. Returns the events
-    as they came here, in order: each explanation's question, each pass reported, the cancel (how many jobs it
+    session "stopped" has had a pass reported, this process cancels that session, as Stop does. Then session "late"
+    is stopped after asking for one and before its job starts (Stop overtaking the question on its way). Returns the
+    events as they came here, in order: each explanation's question, each pass reported, the cancel (how many jobs it
     found), each explanation's end (its result, or the exception it raised), each with the emulated GPUs busy then."""
     events: list[dict] = []
     changed = threading.Condition()
@@ -139,6 +142,9 @@ def stop_one_of_two() -> list[dict]:
     record(session="stopped", cancelled=cli.cancel("stopped"))
     for thread in threads.values():
         thread.join()
+    ASKED_AT.set(time.monotonic())  # as the page's events say when they were asked
+    cli.cancel("late")  # a Stop that came after the question was asked, before its job started
+    explain("late", RUNNING_STEPS)
     return events
 
 

@@ -92,8 +92,11 @@ def run_on_gpu(request: Request) -> Iterator[dict]:
     if kind is None or not on_zero_gpu():
         yield from on_gpu(request)
         return
-    call = cancel_channel.new_call()
     job = scheduler.start(request.session, kind, request)  # a newer question of the session cancels the one before
+    if job.cancelled:  # its session cancelled that kind after the question was asked: it asks for no GPU
+        scheduler.finish(job)
+        raise Cancelled(f"the {kind} was cancelled")
+    call = cancel_channel.new_call()
     ended = threading.Event()
     threading.Thread(target=pass_on_cancel, args=(job, call, ended), daemon=True).start()
     try:
