@@ -78,7 +78,7 @@ def test_the_heatmap_colours_the_text_by_where_the_two_models_part(app_url, brow
     type_text(page, TEXT)
     expect_suggestions_for(page, TEXT)
     page.locator("#heatmap-on input").check()
-    page.get_by_label("where the models part").check()
+    page.get_by_label("where the models part").click()  # not check(): the page may turn it back before it looks
     expect(page.locator(".toast-body.warning")).to_contain_text("Choose a model to compare with first")
     expect(page.get_by_label("probability")).to_be_checked()  # meanwhile the first model's colours
     choose_second_model(page, tiny)
