@@ -490,3 +490,24 @@ def test_a_second_models_panel_asks_nothing_while_none_is_chosen_or_for_what_it_
     assert compare_with("m", "")["beside"] == [gr.update(visible=False)] * 2
     shown_both = compare_with("m", "other")
     assert shown_both["beside"] == [gr.update(visible=True)] * 2 and shown_both["headings"][1].endswith("other")
+
+
+def test_a_page_event_whose_work_its_session_cancelled_changes_nothing_and_says_nothing():
+    """A newer question, Stop or a closed tab cancels the session's model work: the event it cut short keeps what
+    the page shows (no red message: the writer did nothing wrong); an API call is told."""
+    from lookahead.scheduler import Cancelled
+
+    def stopped(*_):
+        raise Cancelled("the read was cancelled")
+
+    def streamed(*_):
+        yield "first"
+        raise Cancelled("the read was cancelled")
+
+    skip = gr.skip()
+    assert handled(stopped, keep_when_cancelled=True)() == skip
+    assert list(handled(streamed, keep_when_cancelled=True)()) == ["first", skip]
+    with pytest.raises(gr.Error, match="the read was cancelled"):
+        handled(stopped)()
+    with pytest.raises(gr.Error, match="the read was cancelled"):
+        list(handled(streamed)())

@@ -31,9 +31,11 @@ def refuse(message: str) -> gr.Error:
     return gr.Error(message, print_exception=False)
 
 
-def handled(fn: Callable) -> Callable:
+def handled(fn: Callable, keep_when_cancelled: bool = False) -> Callable:
     """`fn` (a function or generator) as a handler whose failures reach the visitor as messages.
 
+    `keep_when_cancelled`: a page event whose model work its session cancelled (a newer question, Stop, a closed
+    tab) changes nothing and says nothing: the writer did nothing wrong, and the newer event brings its own answer.
     The signature stays `fn`'s (functools.wraps), so gradio passes the same inputs and documents the same API.
     """
 
@@ -54,6 +56,10 @@ def handled(fn: Callable) -> Callable:
         def stream(*args, **kwargs):
             try:
                 yield from fn(*args, **kwargs)
+            except Cancelled as error:
+                if not keep_when_cancelled:
+                    raise failed(error) from None
+                yield gr.skip()
             except Exception as error:  # noqa: BLE001 - each kind is told apart in `failed`
                 raise failed(error) from None
 
@@ -63,6 +69,10 @@ def handled(fn: Callable) -> Callable:
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except Cancelled as error:
+            if not keep_when_cancelled:
+                raise failed(error) from None
+            return gr.skip()
         except Exception as error:  # noqa: BLE001 - each kind is told apart in `failed`
             raise failed(error) from None
 

@@ -131,7 +131,7 @@ class Wiring:
                 **options) -> dict:
         """An event listener's arguments (`button.click(**wiring.handler(...))`) for `fn`, which takes `inputs` by
         name (a slot's name, a Controls group, or a component) and answers an Update for the slots `outputs`;
-        failures reach the visitor as messages.
+        failures reach the visitor as messages, and an event whose work its session cancelled changes nothing.
 
         One rule decides which events take turns: an event that reads or writes the session's state
         (SESSION_STATE) waits until the events its session started before it have finished (ui/ordering.py),
@@ -148,7 +148,7 @@ class Wiring:
         """
         named = {name: self.slots[source] if isinstance(source, str) else source for name, source in inputs.items()}
         fn, components = by_name(_answering(fn, self._resolved(outputs)), named)
-        fn = handled(fn)
+        fn = handled(fn, keep_when_cancelled=True)
         outputs = set(outputs)
         state = set(self.components(name for name in SESSION_STATE if name in self.slots))
         if outputs <= WHY_VIEW:
