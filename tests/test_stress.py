@@ -215,7 +215,8 @@ def test_constrained_lookaheads_from_several_threads_equal_the_same_calls_made_a
 
 def test_heatmap_listings_from_several_threads_equal_the_same_calls_made_alone(embedded):
     """Writers taking branches with the heatmap shown, sharing sessions (so each session's last listing is read
-    and replaced from every thread, precomputation running): every listing equals the same call made afresh."""
+    and replaced from every thread, precomputation running; a newer text's scores cancel the session's older ones):
+    every listing given equals the same call made afresh."""
     answers: list[tuple[str, dict]] = []
 
     def writer(rng):
@@ -224,7 +225,10 @@ def test_heatmap_listings_from_several_threads_equal_the_same_calls_made_alone(e
         end = until(SECONDS)
         while end():
             shown = cli.lookahead(text, 3, 2, session=session, precompute=True)
-            answers.append((text, cli.token_probabilities(text, 3, session=session)))
+            try:
+                answers.append((text, cli.token_probabilities(text, 3, session=session)))
+            except cli.Cancelled:  # another writer of the session asked for a newer text's scores
+                pass
             time.sleep(rng.random() * 0.1)
             text += shown["branches"][rng.randrange(len(shown["branches"]))]["text"]
 
