@@ -9,7 +9,7 @@ request is running, it waits there, and once it is cancelled it stops there (`Ca
 no arithmetic, so a sliced job gives bit for bit what it gives alone.
 
 First is not always: back-to-back clicks (a crowd, or the writer's own while their "why?" runs) would leave a long
-job no time at all. So long work waiting is owed LONG_SHARE of the time interactive work takes meanwhile, and gets
+job almost no time. So long work waiting is owed LONG_SHARE of the time interactive work takes meanwhile, and gets
 it as a turn: once the owed time reaches MIN_TURN_SECONDS, new interactive requests wait while the running ones
 end, then the long jobs run alone for the time owed (at most MAX_TURN_SECONDS at once). A click then waits at most
 one turn, and a long job keeps finishing.
@@ -38,10 +38,12 @@ import torch
 # at a caret, for the branches' fit, which a slow CPU takes a while over).
 LONG_JOBS = ("attribution", "continuation", "read", "lookahead")
 Step, Result = TypeVar("Step"), TypeVar("Result")
-# A long job waiting for clicks is owed this share of the machine: alone one "why?" took 24 s and a click 0.44 s on a
-# 2-core AMD EPYC; under back-to-back clicks, without a share, the "why?" took 10.6x its time, the clicks 1.45x theirs.
-# A share of 0.3 lets a click wait up to 0.3 / 0.7 of a click's time (~1.4x) and the job keep ~0.3 of the machine.
-LONG_SHARE = 0.3
+# A long job waiting for clicks is owed this share of the time they take: a click then waits up to 0.33 / 0.67 of its
+# model time, and the job keeps about a third of the machine. Measured on a 2-core Intel Xeon (bench_clicks_first.py
+# --share: a "why?" under another visitor's back-to-back clicks, against each alone): without a share the "why?" took
+# 5.8x its time, the clicks 1.2x theirs; shares of 0.3, 0.33, 0.35 and 0.45 gave 5.1x / 1.25x, 4.4x / 1.37x,
+# 4.2x / 1.68x and 2.6x / 1.88x. So 0.33 keeps clicks within 1.5x and still finishes the job.
+LONG_SHARE = 0.33
 MIN_TURN_SECONDS = 0.05  # a turn shorter than a few slices (each at most tens of ms) would only add switches
 MAX_TURN_SECONDS = 0.5  # the longest a click waits for long work; what more is owed comes in later turns
 KEPT_CANCELS = 4096  # (session, kind) pairs whose last cancel is remembered, for jobs asked before it to start
