@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -56,6 +57,10 @@ def visitor_text(i: int) -> str:
     return f"Chapter {i + 1}. Visitor {i} begins a story of their own.\n\n" + PASSAGE * 9
 
 
+# Where the emulated Space's spaces offloads the model for its workers (~770 MB).
+OFFLOAD_DIR = str(Path(tempfile.gettempdir()) / f"zerogpu-offload-bench-{os.getpid()}")
+
+
 def serve(mode: str, server_url: str | None) -> tuple[subprocess.Popen, str]:
     if mode == "plain":
         return start_server(lambda port: [sys.executable, str(ROOT / "app.py")], {}, "load_plain")
@@ -64,10 +69,12 @@ def serve(mode: str, server_url: str | None) -> tuple[subprocess.Popen, str]:
         # A crowd on a CPU server waits minutes in its queue: measure how long, rather than time out at 60 s.
         return start_server(lambda port: command, {"LOOKAHEAD_SERVER_TIMEOUT": "900"}, "load_vllm")
     log = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False).name  # the emulated scheduler's requests
+    os.makedirs(OFFLOAD_DIR, exist_ok=True)
     # The emulation computes on this CPU: as many GPU workers at once as it has cores (a Space's
     # default, 8, would only make forked workers fight over two cores).
     return start_server(lambda port: [sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), str(port), log],
-                        {"LOOKAHEAD_CONCURRENCY": str(os.cpu_count())}, "load_zerogpu")
+                        {"LOOKAHEAD_CONCURRENCY": str(os.cpu_count()), "ZEROGPU_OFFLOAD_DIR": OFFLOAD_DIR},
+                        "load_zerogpu")
 
 
 class PeakMemory:
@@ -139,6 +146,7 @@ def run_mode(mode: str, visitors: int, vllm_python: str) -> dict:
     finally:
         os.killpg(server.pid, 9)
         server.wait()
+        shutil.rmtree(OFFLOAD_DIR, ignore_errors=True)  # killed, the emulated Space cannot remove it
         if vllm:
             vllm.stop()
     answered = [(s, r) for s, r in calls if r is not None]

@@ -6,14 +6,19 @@ CPU engine's in this process.
 """
 
 import concurrent.futures
+import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -41,21 +46,35 @@ def space(tmp_path_factory, embedded):
     env = {k: v for k, v in os.environ.items() if k not in ("LOOKAHEAD_MODEL", "SPACE_ID")}
     env["GRADIO_MCP_SERVER"] = "true"  # the Space's owner may turn MCP on: its tools run on the GPU workers too
     env["LOOKAHEAD_FIRST_ANSWER_SECONDS"] = "1"  # as deployed: long texts answer partially, except on ZeroGPU
-    server = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), str(port), str(log)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
-    )
-    output = []
-    for line in server.stdout:
-        output.append(line)
-        if line.startswith("SERVING "):
-            break
-    else:
-        pytest.fail("the emulated Space did not start:\n" + "".join(output))
-    threading.Thread(target=server.stdout.read, daemon=True).start()  # keep its pipe drained
-    yield line.split()[1], log
-    os.killpg(server.pid, signal.SIGKILL)  # the server and its forked GPU workers
-    server.wait()
+    with offload_dir(env):
+        server = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), str(port), str(log)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+        )
+        output = []
+        for line in server.stdout:
+            output.append(line)
+            if line.startswith("SERVING "):
+                break
+        else:
+            os.killpg(server.pid, signal.SIGKILL)
+            pytest.fail("the emulated Space did not start:\n" + "".join(output))
+        threading.Thread(target=server.stdout.read, daemon=True).start()  # keep its pipe drained
+        yield line.split()[1], log
+        os.killpg(server.pid, signal.SIGKILL)  # the server and its forked GPU workers
+        server.wait()
+
+
+@contextmanager
+def offload_dir(env: dict[str, str]) -> Iterator[None]:
+    """A folder for spaces to offload the model to (~770 MB a Space), set in `env` and removed once the emulated
+    Space has ended: killed, it cannot remove its own."""
+    path = tempfile.mkdtemp(prefix="zerogpu-offload-")
+    env["ZEROGPU_OFFLOAD_DIR"] = path
+    try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def scheduled(log: Path) -> list[dict]:
@@ -316,15 +335,16 @@ def scenario(name: str, tmp_path: Path) -> list[dict]:
     log = tmp_path / "schedule.jsonl"
     log.touch()
     env = {k: v for k, v in os.environ.items() if k not in ("LOOKAHEAD_MODEL", "SPACE_ID")}
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), name, str(log)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=SCENARIO_SECONDS)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)  # the process and its forked GPU workers
-        raise
+    with offload_dir(env):
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "tests" / "zerogpu_space.py"), name, str(log)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+        )
+        try:
+            output, _ = process.communicate(timeout=SCENARIO_SECONDS)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # its forked GPU workers, whatever became of it
+                os.killpg(process.pid, signal.SIGKILL)
     events = [line.removeprefix("EVENTS ") for line in output.splitlines() if line.startswith("EVENTS ")]
     assert events, f"the scenario {name} gave no events:\n{output}"
     return json.loads(events[0])

@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.update(
     SPACES_ZERO_GPU="true",
     SPACES_ZERO_DEVICE_API_URL="http://127.0.0.1:9/never-called",  # every call to it is stubbed
-    ZEROGPU_OFFLOAD_DIR=tempfile.mkdtemp(prefix="zerogpu-offload-"),
+    # Where spaces offloads the model for its workers (~770 MB): the caller's, which it removes once this ends.
+    ZEROGPU_OFFLOAD_DIR=os.environ.get("ZEROGPU_OFFLOAD_DIR") or tempfile.mkdtemp(prefix="zerogpu-offload-"),
     GRADIO_ANALYTICS_ENABLED="False",
     HF_HUB_DISABLE_TELEMETRY="1",
     HF_HUB_OFFLINE="1",
