@@ -10,9 +10,9 @@ no arithmetic, so a sliced job gives bit for bit what it gives alone.
 
 First is not always: back-to-back clicks (a crowd, or the writer's own while their "why?" runs) would leave a long
 job almost no time. So long work waiting is owed LONG_SHARE of the time interactive work takes meanwhile, and gets
-it as a turn: once the owed time reaches MIN_TURN_SECONDS, new interactive requests wait while the running ones
-end, then the long jobs run alone for the time owed (at most MAX_TURN_SECONDS at once). A click then waits at most
-one turn, and a long job keeps finishing.
+it as a turn: once the owed time reaches MIN_TURN_SECONDS, the long jobs run beside the interactive work for the time
+owed (at most MAX_TURN_SECONDS at once), sharing the cores with it. No interactive request ever waits for long work:
+one that runs for long (a comparison's first read) holds up no click, and a long job keeps finishing.
 
 A session has at most one long job of each kind: a new one cancels the one before (the visitor asked a new
 question), and `cancel` stops them all (Stop, a closed tab, a reload). A cancel can come before the job it means
@@ -38,14 +38,13 @@ import torch
 # at a caret, for the branches' fit, which a slow CPU takes a while over).
 LONG_JOBS = ("attribution", "continuation", "read", "lookahead")
 Step, Result = TypeVar("Step"), TypeVar("Result")
-# A long job waiting for clicks is owed this share of the time they take: a click then waits up to 0.33 / 0.67 of its
-# model time, and the job keeps about a third of the machine. Measured on a 2-core Intel Xeon (bench_clicks_first.py
-# --share: a "why?" under another visitor's back-to-back clicks, against each alone): without a share the "why?" took
-# 5.8x its time, the clicks 1.2x theirs; shares of 0.3, 0.33, 0.35 and 0.45 gave 5.1x / 1.25x, 4.4x / 1.37x,
-# 4.2x / 1.68x and 2.6x / 1.88x. So 0.33 keeps clicks within 1.5x and still finishes the job.
-LONG_SHARE = 0.33
+# A long job waiting for clicks is owed this share of the time they take, run beside them (sharing the cores). Measured
+# on a 2-core Intel Xeon (bench_clicks_first.py --share: a "why?" under another visitor's back-to-back clicks, against
+# each alone): with no share the "why?" took 5.8x its time, the clicks 1.2x theirs; a share of 0.25, 3.5-3.6x and
+# 1.2-1.25x; of 0.33, 3.5x and 1.7x. 0.25 keeps clicks within 1.5x and a long job within 4x.
+LONG_SHARE = 0.25
 MIN_TURN_SECONDS = 0.05  # a turn shorter than a few slices (each at most tens of ms) would only add switches
-MAX_TURN_SECONDS = 0.5  # the longest a click waits for long work; what more is owed comes in later turns
+MAX_TURN_SECONDS = 0.5  # the longest one turn; what more is owed comes in later turns
 KEPT_CANCELS = 4096  # (session, kind) pairs whose last cancel is remembered, for jobs asked before it to start
 # When the question a job answers was asked (time.monotonic()), set by the caller where it knows (the page's events).
 ASKED_AT: ContextVar[float | None] = ContextVar("asked_at", default=None)
@@ -70,7 +69,8 @@ class Job:
 class Scheduler:
     """The running interactive requests, and each session's long jobs."""
 
-    def __init__(self) -> None:
+    def __init__(self, share: float = LONG_SHARE) -> None:
+        self.share = share  # of the time interactive work takes, owed to long work waiting for it (0: none)
         self._start_afresh()
         # A process forked from this one (a ZeroGPU worker) starts with none of its work: the requests and jobs
         # counted here run in this process, and would hold that one's long jobs forever.
@@ -83,51 +83,45 @@ class Scheduler:
         self._blocked = 0  # long jobs waiting at a slice for interactive work
         self._owed = 0.0  # seconds of the machine owed to long work for waiting
         self._counted_until = time.monotonic()  # when the owed time was last brought up to date
-        self._turn_until = 0.0  # interactive requests starting before this wait: long work's turn
-        self._thread = threading.local()  # whether this thread is inside an interactive request
+        self._turn_until = 0.0  # until then long work runs beside interactive work: its turn
         self._cancelled_at: OrderedDict[tuple[str, str], float] = OrderedDict()  # (session, kind) -> its last cancel
 
     @contextmanager
     def interactive(self) -> Iterator[None]:
-        """Run an interactive request: long jobs wait at their next slice until it ends. It starts at once, unless
-        long work is owed a turn: then after it."""
-        nested = getattr(self._thread, "interactive", False)  # inside a request: it must not wait for itself
+        """Run an interactive request, at once: long jobs wait at their next slice until it ends, or their turn."""
         with self._changed:
-            while not nested and (wait := self._turn_wait()) is not None:
-                self._changed.wait(wait)
+            self._count_owed()
             self._interactive += 1
-        self._thread.interactive = True
         try:
             yield
         finally:
-            self._thread.interactive = nested
             with self._changed:
                 self._count_owed()
                 self._interactive -= 1
-                if not self._interactive and self._owed >= MIN_TURN_SECONDS and self._blocked:
-                    turn = min(self._owed, MAX_TURN_SECONDS)
-                    self._owed -= turn
-                    self._turn_until = time.monotonic() + turn
                 self._changed.notify_all()
 
     def _count_owed(self) -> None:
-        """Add the time owed to long work since the last count: a share of the time they waited for clicks."""
+        """Add the time owed to long work since the last count: a share of the time it waited for interactive work."""
         now = time.monotonic()
         if self._interactive and self._blocked:
-            self._owed += (now - self._counted_until) * LONG_SHARE / (1 - LONG_SHARE)
+            self._owed += (now - self._counted_until) * self.share / (1 - self.share)
         self._counted_until = now
 
-    def _turn_wait(self) -> float | None:
-        """How long a new interactive request waits before looking again (None: it starts now): while long work has
-        its turn, or is owed one and waits for the running requests to end."""
+    def _in_turn(self) -> bool:
+        """Whether long work has its turn now: started once MIN_TURN_SECONDS are owed, for the time owed."""
         self._count_owed()
-        if not any(not job.cancelled for job in self._jobs):
-            self._owed, self._turn_until = 0.0, 0.0
+        now = time.monotonic()
+        if now >= self._turn_until and self._owed >= MIN_TURN_SECONDS:
+            turn = min(self._owed, MAX_TURN_SECONDS)
+            self._owed -= turn
+            self._turn_until = now + turn
+        return now < self._turn_until
+
+    def _until_owed(self) -> float | None:
+        """Seconds until a waiting long job is owed a turn at the present rate (None: never, with no share)."""
+        if not self.share:
             return None
-        left = self._turn_until - time.monotonic()
-        if left > 0:
-            return left
-        return None if self._owed < MIN_TURN_SECONDS or not self._blocked else MAX_TURN_SECONDS
+        return max(MIN_TURN_SECONDS - self._owed, 0.0) * (1 - self.share) / self.share + 0.001
 
     def start(self, session: str, kind: str, question: Hashable = None) -> Job:
         """A new long job of `kind` for `session`, answering `question`; the session's earlier one of that kind is
@@ -147,7 +141,8 @@ class Scheduler:
         with self._changed:
             if job in self._jobs:
                 self._jobs.remove(job)
-            self._changed.notify_all()  # a request waiting for long work's turn need not wait for this one
+            if not self._jobs:  # nothing is owed to long work that has ended
+                self._owed, self._turn_until = 0.0, 0.0
 
     def cancel(self, session: str, kind: str | None = None) -> int:
         """Cancel the session's running long jobs (of `kind`, or all): each stops at its next slice. How many."""
@@ -200,16 +195,16 @@ class Scheduler:
     def _slice(self, job: Job) -> None:
         if self._interactive or job.cancelled:  # the common case, no interactive work, takes no lock
             with self._changed:
-                if self._interactive and not job.cancelled:
+                if self._interactive and not job.cancelled and not self._in_turn():
                     job.waits += 1
                     self._count_owed()
                     self._blocked += 1
                     try:
-                        self._changed.wait_for(lambda: not self._interactive or job.cancelled)
+                        while self._interactive and not job.cancelled and not self._in_turn():
+                            self._changed.wait(self._until_owed())
                     finally:
                         self._count_owed()
                         self._blocked -= 1
-                        self._changed.notify_all()  # a request waiting for long work's turn looks again
             if job.cancelled:
                 raise Cancelled(f"the {job.kind} was cancelled")
         job.slices += 1

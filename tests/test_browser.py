@@ -440,7 +440,7 @@ def test_typing_overtakes_a_running_why_and_stop_ends_it(page):
     page.locator("#why-method").get_by_text("integrated_gradients").click()  # asks nothing yet: no question
     page.locator("#plot .why").first.click()
     job = wait_for(lambda: next(iter(scheduler.running()), None))
-    with scheduler.interactive():  # as a click of another visitor would, this holds the explanation where it is
+    with scheduler.interactive():  # as clicks of another visitor would, this holds the explanation to its share
         typed = text + "Then the fog came"
         type_text(page, typed)
         expect_suggestions_for(page, typed)

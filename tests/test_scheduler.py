@@ -62,7 +62,8 @@ def test_a_click_of_another_session_finishes_before_a_running_explanation_which_
 
 
 def test_a_long_job_runs_no_slice_while_interactive_work_runs_and_resumes_after():
-    jobs, layer = Scheduler(), torch.nn.Linear(8, 8)
+    """Clicks first (with no share owed to long work: a share would give it turns while interactive work runs)."""
+    jobs, layer = Scheduler(share=0), torch.nn.Linear(8, 8)
     job, stop = jobs.start("s", "continuation"), threading.Event()
 
     def work() -> None:
@@ -123,6 +124,38 @@ def test_under_back_to_back_clicks_from_two_visitors_a_long_job_keeps_progressin
     explaining.join(JOIN_SECONDS)
     while_clicking = sorted({n for n, finished in seen if not finished})
     assert len(while_clicking) >= 3 and job.waits > 0, "it progressed in turns between clicks, not only after them"
+
+
+def test_a_long_interactive_request_holds_up_no_other_and_long_work_gets_its_turn_beside_it():
+    """A long interactive request (a comparison's first read of a long text) while a long job waits: the job's turn
+    comes beside the request, and another interactive request starts and ends meanwhile, owed turn or not."""
+    jobs, slow = Scheduler(), Slow()
+    job, stop = jobs.start("a", "attribution"), threading.Event()
+
+    def explain() -> None:
+        with jobs.sliced(job):
+            while not stop.is_set():
+                slow(torch.ones(1))
+
+    explaining = threading.Thread(target=explain, daemon=True)
+    explaining.start()
+    wait_until(lambda: job.slices > 0)
+    with jobs.interactive():
+        wait_until(lambda: job.waits > 0)
+        held = job.slices
+        wait_until(lambda: job.slices > held)  # its turn, beside the request
+        clicked = threading.Event()
+
+        def click() -> None:
+            with jobs.interactive():
+                slow(torch.ones(1))
+            clicked.set()
+
+        other = threading.Thread(target=click, daemon=True)
+        other.start()
+        assert clicked.wait(JOIN_SECONDS), "another request waited for this one"
+    stop.set()
+    explaining.join(JOIN_SECONDS)
 
 
 def wait_until(condition) -> None:
