@@ -32,6 +32,8 @@ def partial_answers(monkeypatch, embedded):
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
     monkeypatch.setattr(reading, "READ_CHUNK_TOKENS", CHUNK)
     monkeypatch.setitem(reader._windows, cli.default_model_name(), WINDOW)
+    # Clicks strictly first: the tests hold interactive work to keep a read where it is (a share would give it turns).
+    monkeypatch.setattr(scheduler, "share", 0.0)
     yield
     reader.stop()
     prefix_caches.clear()
