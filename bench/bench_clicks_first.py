@@ -28,10 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-from gradio_client import Client
 from serving import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from api_client import Client  # noqa: E402
+
 PASSAGE = (
     "The harbour town woke slowly. Fishermen hauled their nets along the quay, gulls argued over scraps, and the "
     "baker's boy ran between the houses with a basket of warm loaves. "

@@ -31,11 +31,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
-from gradio_client import Client
 from serving import start_server
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from api_client import Client  # noqa: E402
 from lookahead.models import EMBEDDED_MODEL, embedded_model_dir  # noqa: E402
 from vllm_server import VLLMServer  # noqa: E402
 

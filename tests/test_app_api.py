@@ -3,9 +3,9 @@
 import concurrent.futures
 
 import pytest
-from gradio_client import Client
 
 import custom_llm_inference as cli
+from api_client import Client
 from lookahead.models import EMBEDDED_MODEL_BF16
 
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gradio_client import Client
 
 import custom_llm_inference as cli
+from api_client import Client
 from lookahead.backends.in_process import InProcess
 from lookahead.backends.server import vllm as vllm_backend
 from lookahead.chat import MAX_MESSAGES

@@ -12,9 +12,9 @@ import math
 import random
 
 import pytest
-from gradio_client import Client
 
 import custom_llm_inference as cli
+from api_client import Client
 
 FUNCTIONS = ["lookahead", "next_token_distribution", "generate", "token_probabilities", "compare"]
 # Not fuzzed: the text (each call draws an odd one of its own), the session (any value names one), and what only

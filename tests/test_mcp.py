@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from gradio_client import Client
 
 import custom_llm_inference as cli
+from api_client import Client
 from lookahead.backends.in_process import matchers, prefix_caches
 from lookahead.sampling import knobs
 from mcp_client import answer, call, list_tools

@@ -9,9 +9,9 @@ import time
 
 import pytest
 import torch
-from gradio_client import Client
 
 import custom_llm_inference as cli
+from api_client import Client
 from lookahead.scheduler import Cancelled, Scheduler, scheduler
 from threads import JOIN_SECONDS, SECONDS, exit_code, run_threads, until
 

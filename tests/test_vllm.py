@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from gradio_client import Client
 from transformers import AutoModelForCausalLM
 
 import custom_llm_inference as cli
+from api_client import Client
 from conftest import TINY_LLAMA_DIR
 from lookahead.backends.server import completions
 from lookahead.backends.server import vllm as vllm_backend

@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from gradio_client import Client
 
 import custom_llm_inference as cli
+from api_client import Client
 from lookahead.backends import zerogpu
 from lookahead.requests import GenerateRequest
 from mcp_client import answer, call
