@@ -116,7 +116,7 @@ class Reader:
         if end - held <= READ_IN_CALL_WINDOWS * self.window(name, model):
             return None
         question = tuple(ids[:end])
-        read = Read(key, question, ids[end], model, scheduler.start(key[1], "read", question), scored)
+        read = Read(key, question, ids[end], model, scheduler.start(key[1], "read", question, name), scored)
         with self._lock:
             self._reads[key] = read
             self._queue.append(read)

@@ -14,10 +14,12 @@ it as a turn: once the owed time reaches MIN_TURN_SECONDS, the long jobs run bes
 owed (at most MAX_TURN_SECONDS at once), sharing the cores with it. No interactive request ever waits for long work:
 one that runs for long (a comparison's first read) holds up no click, and a long job keeps finishing.
 
-A session has at most one long job of each kind: a new one cancels the one before (the visitor asked a new
-question), and `cancel` stops them all (Stop, a closed tab, a reload). A cancel can come before the job it means
-has started (a newer event arriving while the older one is on its way to starting it): where the caller says when
-the question was asked (`ASKED_AT`), a job of a kind its session cancelled since then starts cancelled.
+A session has at most one long job of each kind, or of each kind on each model where the caller names the model (two
+models compared side by side each read the text and fit the caret): a new one cancels the one before (the visitor
+asked a new question), and `cancel` stops them all (Stop, a closed tab, a
+reload). A cancel can come before the job it means has started (a newer event arriving while the older one is on its
+way to starting it): where the caller says when the question was asked (`ASKED_AT`), a job of a kind its session
+cancelled since then starts cancelled.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from typing import TypeVar
 
 import torch
 
-# The kinds of long job; a session has at most one of each. "lookahead": one asked to yield (the page's second ask
-# at a caret, for the branches' fit, which a slow CPU takes a while over).
+# The kinds of long job; a session has at most one of each (on each model named). "lookahead": one asked to yield
+# (the page's second ask at a caret, for the branches' fit, which a slow CPU takes a while over).
 LONG_JOBS = ("attribution", "continuation", "read", "lookahead")
 Step, Result = TypeVar("Step"), TypeVar("Result")
 # A long job waiting for clicks is owed this share of the time they take, run beside them (sharing the cores). Measured
@@ -61,6 +63,7 @@ class Job:
     session: str
     kind: str
     question: Hashable = None  # what it answers: the same question asked again does not cancel it
+    model: str | None = None  # where named, which model it runs: a question to another model cancels nothing
     cancelled: bool = False
     slices: int = 0  # module calls it has run: a cancelled job's count stops growing
     waits: int = 0  # slices it waited before, for interactive work
@@ -123,15 +126,16 @@ class Scheduler:
             return None
         return max(MIN_TURN_SECONDS - self._owed, 0.0) * (1 - self.share) / self.share + 0.001
 
-    def start(self, session: str, kind: str, question: Hashable = None) -> Job:
-        """A new long job of `kind` for `session`, answering `question`; the session's earlier one of that kind is
-        cancelled if it answers another question."""
-        job = Job(session, kind, question)
+    def start(self, session: str, kind: str, question: Hashable = None, model: str | None = None) -> Job:
+        """A new long job of `kind` for `session`, answering `question` on `model`; the session's earlier one of that
+        kind on that model is cancelled if it answers another question."""
+        job = Job(session, kind, question, model)
         asked = ASKED_AT.get()
         with self._changed:
             job.cancelled = asked is not None and self._cancelled_at.get((session, kind), -1.0) > asked
             for earlier in self._jobs:
-                if (earlier.session, earlier.kind) == (session, kind) and earlier.question != question:
+                same_line = (earlier.session, earlier.kind, earlier.model) == (session, kind, model)
+                if same_line and earlier.question != question:
                     earlier.cancelled = True
             self._jobs.append(job)
             self._changed.notify_all()

@@ -127,6 +127,21 @@ def test_a_read_yields_to_another_sessions_click_and_an_edit_before_its_end_canc
     assert cli.lookahead(edited, session="A")["partial"] is None
 
 
+
+def test_one_sessions_reads_on_two_models_both_run_to_their_end(partial_answers, embedded, monkeypatch):
+    """Compared side by side, two models read the session's text each (in their own tokens): the second read waits
+    for the first instead of cancelling it, and both are read whole."""
+    model, tokenizer = embedded
+    texts = {"model A": TEXT * 2, "model B": TEXT.upper() * 2}  # as two tokenizers would split one text
+    reads = {}
+    for name, text in texts.items():
+        monkeypatch.setitem(reader._windows, name, WINDOW)
+        reads[name] = reader.plan((name, "A"), ids_of(text, tokenizer), name, model)
+    reader.wait("A")
+    for name, read in reads.items():
+        assert not read.job.cancelled, f"{name}'s read was cancelled by the other model's"
+        assert read.read_tokens == len(read.ids)
+
 def test_a_text_read_with_interruptions_gives_the_same_bits_as_read_without(partial_answers, embedded):
     _, whole = read_all(TEXT, "A")
     cli.lookahead(TEXT, session="B")

@@ -178,6 +178,19 @@ def test_a_newer_question_of_the_session_cancels_the_older_and_the_same_question
     assert jobs.cancel("s") == 2 and other_kind.cancelled and not other_session.cancelled
 
 
+
+def test_two_models_of_a_session_each_keep_their_question_where_the_model_is_named():
+    """Two models compared side by side read the text and fit the caret each: neither cancels the other's."""
+    jobs = Scheduler()
+    on_a = jobs.start("s", "read", "the text in A's tokens", "model A")
+    on_b = jobs.start("s", "read", "the text in B's tokens", "model B")
+    assert not on_a.cancelled and not on_b.cancelled
+    newer_on_a = jobs.start("s", "read", "the edited text in A's tokens", "model A")
+    assert on_a.cancelled and not on_b.cancelled and not newer_on_a.cancelled
+    unnamed = jobs.start("s", "read", "a question to no model in particular")
+    assert not on_b.cancelled and not newer_on_a.cancelled, "an unnamed model is a line of its own"
+    assert jobs.cancel("s", "read") == 3 and on_b.cancelled and newer_on_a.cancelled and unnamed.cancelled
+
 def test_a_job_cancelled_during_a_backward_pass_stops_there():
     """The slices reach into the backward pass: a check fails there too, and stops the gradient."""
     jobs = Scheduler()

@@ -108,7 +108,7 @@ class InProcess:
             # After what is being precomputed for the session (it makes the next click instant; as one more real
             # request this call would stop it and drop the ready answers); then every module call waits while
             # interactive work runs. Cancelled, it stops at once, waiting or not.
-            job = scheduler.start(request.session, "lookahead", request)
+            job = scheduler.start(request.session, "lookahead", request, request.model)
             try:
                 while not speculator.wait(CANCEL_POLL_SECONDS, request.key):
                     if job.cancelled:
@@ -145,7 +145,7 @@ class InProcess:
         # The few tokens left (at most READ_IN_CALL_WINDOWS windows), as a long job rather than interactive work: a
         # newer read of the session, Stop or its departure stops them within a slice, and other visitors' clicks
         # come first.
-        job = scheduler.start(request.session, "read", request)
+        job = scheduler.start(request.session, "read", request, request.model)
         try:
             with scheduler.sliced(job):
                 return last(self._serve(request))
