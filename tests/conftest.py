@@ -5,7 +5,9 @@ tokenizer, so the text-level API loads them through the same `load_model` path a
 local folder.
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -21,6 +23,7 @@ os.environ["LOOKAHEAD_FIRST_ANSWER_SECONDS"] = "0"
 # test module may do at collection): the model is written to this folder by `tiny_model_dirs`.
 TINY_LLAMA_DIR = tempfile.mkdtemp(prefix="tiny-llama-")
 os.environ["LOOKAHEAD_MODELS"] = TINY_LLAMA_DIR
+atexit.register(shutil.rmtree, TINY_LLAMA_DIR, ignore_errors=True)  # 28 MB a run, outside pytest's own tmp_path
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -1,5 +1,6 @@
 """A model server started as a child process for the tests and the benchmarks: on a free loopback port, its output
-in a log file, ready once its OpenAI-compatible /models answers, stopped with its whole process group.
+in a log file (removed once it has stopped), ready once its OpenAI-compatible /models answers, stopped with its whole
+process group.
 
 `vllm_server.py` and `llama_cpp_server.py` each say how to start theirs.
 """
@@ -69,6 +70,9 @@ class ServerProcess:
                 self.process.wait(STOP_SECONDS)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, 9)
+                self.process.wait()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
 
 
 @contextmanager
