@@ -16,10 +16,9 @@ one that runs for long (a comparison's first read) holds up no click, and a long
 
 A session has at most one long job of each kind, or of each kind on each model where the caller names the model (two
 models compared side by side each read the text and fit the caret): a new one cancels the one before (the visitor
-asked a new question), and `cancel` stops them all (Stop, a closed tab, a
-reload). A cancel can come before the job it means has started (a newer event arriving while the older one is on its
-way to starting it): where the caller says when the question was asked (`ASKED_AT`), a job of a kind its session
-cancelled since then starts cancelled.
+asked a new question), and `cancel` stops them all (Stop, a closed tab, a reload). A cancel can come before the job
+it means has started (a newer event arriving while the older one is on its way to starting it): where the caller
+says when the question was asked (`ASKED_AT`), a job of a kind its session cancelled since then starts cancelled.
 """
 
 from __future__ import annotations
