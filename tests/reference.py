@@ -6,6 +6,29 @@ import pytest
 import torch
 
 TIE = 1e-5  # logprobs closer than this may rank either way between two exact computations
+DEEP_RANK = 100  # past this rank, neighbours within TIE of each other are common in a real model's row
+
+
+def possible_ranks(row, token: int) -> range:
+    """The ranks (1 = likeliest) `token` may take in `row` (log-probabilities) as far as float rounding can tell:
+    tokens within TIE of it may fall either side. Two exact computations of one row round differently where their
+    matrix products take other paths (a pass's width picks the faster one, measured at each load of a model:
+    lookahead/cpu_linear.py)."""
+    row = torch.as_tensor(row)
+    chosen = row[token]
+    return range(int((row > chosen + TIE).sum()) + 1, int((row > chosen - TIE).sum()) + 2)
+
+
+def ranks_agree(a: int, b: int) -> bool:
+    """Whether two exact computations' ranks of one token agree, without the row: the ranks the heatmap tells apart
+    (top 1, 10, 100) are the same, and deep in the list a near-tied neighbour may swap (possible_ranks says why)."""
+    return a == b or min(a, b) > DEEP_RANK
+
+
+def possible_tops(row) -> set[int]:
+    """The tokens that may come out first of `row` as far as float rounding can tell (within TIE of its maximum)."""
+    row = torch.as_tensor(row)
+    return set(torch.nonzero(row >= row.max() - TIE).flatten().tolist())
 
 
 @torch.inference_mode()
@@ -52,8 +75,7 @@ def reference_scores(model, tokenizer, text: str, k: int, ids: list[int] | None 
     for i in range(1, len(ids)):
         row, lp = logprobs[i - 1], logprobs[i - 1, ids[i]]
         rows.append({
-            # the rank, as far as float rounding can tell: tokens within TIE of it may fall either side
-            "logprob": float(lp), "ranks": range(int((row > lp + TIE).sum()) + 1, int((row > lp - TIE).sum()) + 2),
+            "logprob": float(lp), "ranks": possible_ranks(row, ids[i]),
             "entropy": float(-(row.exp() * row).nan_to_num().sum() / math.log(2)),
             "top": row.topk(k).indices.tolist(), "top_logprobs": row.topk(k).values.tolist(),
         })

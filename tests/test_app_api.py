@@ -7,6 +7,7 @@ import pytest
 import custom_llm_inference as cli
 from api_client import Client
 from lookahead.models import EMBEDDED_MODEL_BF16
+from reference import reference_scores
 
 
 @pytest.fixture(scope="module")
@@ -165,9 +166,10 @@ def test_token_probabilities_endpoint_equals_the_engine_and_refuses_bad_k(client
     remote = client.predict(text, 3, api_name="/token_probabilities")
     local = cli.token_probabilities(text, 3, session="local heatmap")
     assert [t["token_id"] for t in remote["tokens"]] == [t["token_id"] for t in local["tokens"]]
-    assert [(t["start"], t["end"], t["rank"]) for t in remote["tokens"]] == [
-        (t["start"], t["end"], t["rank"]) for t in local["tokens"]
-    ]
+    assert [(t["start"], t["end"]) for t in remote["tokens"]] == [(t["start"], t["end"]) for t in local["tokens"]]
+    rows = reference_scores(*cli.load_model(), text, 3)
+    assert all(theirs["rank"] in row["ranks"] and ours["rank"] in row["ranks"]
+               for theirs, ours, row in zip(remote["tokens"][1:], local["tokens"][1:], rows[1:]))
     assert remote["tokens"][0]["prob"] is None
     assert remote["tokens"][-1]["prob"] == pytest.approx(local["tokens"][-1]["prob"], abs=1e-5)
     with pytest.raises(Exception, match="k must be between 1 and 20"):

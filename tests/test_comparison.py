@@ -9,6 +9,7 @@ import torch
 
 import custom_llm_inference as cli
 from lookahead import comparison
+from reference import possible_ranks, possible_tops
 
 TEXTS = ["The old lighthouse keeper climbed the stairs and looked out over the sea.",
          'def add(a, b):\n    return a + b\n\nprint(add(2, 3))', "Ünïcödé — and 🐈 emoji, then plain words."]
@@ -44,9 +45,7 @@ def test_both_models_rows_and_divergence_equal_full_forwards(embedded, tiny_mode
         for m in range(2):
             row = rows[m][i - 1]
             assert result.logprob[m, i] == pytest.approx(row[tokens[i]], abs=1e-4)
-            # a token tied with others within float32's rounding may rank anywhere among them
-            chosen = row[tokens[i]]
-            assert 1 + np.sum(row > chosen + 1e-5) <= result.rank[m, i] <= 1 + np.sum(row > chosen - 1e-5)
+            assert result.rank[m, i] in possible_ranks(row, tokens[i])
         assert result.js[i] == pytest.approx(js_reference(rows[0][i - 1], rows[1][i - 1]), abs=1e-4)
     assert result.next_js == pytest.approx(js_reference(rows[0][-1], rows[1][-1]), abs=1e-4)
     assert np.allclose(result.next_logprobs.numpy(), np.stack([rows[0][-1], rows[1][-1]]), atol=1e-4)
@@ -72,9 +71,14 @@ def test_a_kept_comparison_reads_only_what_changed_and_equals_a_fresh_one(embedd
     fresh = comparison.compare_models(models, torch.tensor([second]), len(tokenizer))
     for name in ("logprob", "js", "next_logprobs"):
         assert np.allclose(getattr(again, name).numpy(), getattr(fresh, name).numpy(), atol=1e-4, equal_nan=True)
-    assert torch.equal(again.rank, fresh.rank) and torch.equal(again.top, fresh.top)
+    # Ranks and first choices where the logprobs do not tie: the kept comparison runs fewer rows a pass than the
+    # fresh one, and rounds otherwise where its products take another path.
     rows = [reference(model, torch.tensor([second]), len(tokenizer)) for model in models]
-    assert all(again.top[m, i] == rows[m][i - 1].argmax() for m in range(2) for i in range(1, len(second)))
+    for m in range(2):
+        for i in range(1, len(second)):
+            assert again.rank[m, i] in possible_ranks(rows[m][i - 1], second[i])
+            assert fresh.rank[m, i] in possible_ranks(rows[m][i - 1], second[i])
+            assert {int(again.top[m, i]), int(fresh.top[m, i])} <= possible_tops(rows[m][i - 1])
 
 
 def _counting(forward, calls: list):
@@ -134,7 +138,7 @@ def test_compare_answers_as_each_model_alone_and_as_full_forwards(embedded, tiny
         for m in range(2):
             assert token["logprob"][m] == pytest.approx(rows[m][i - 1][token["token_id"]], abs=1e-4)
         assert token["js"] == pytest.approx(js_reference(rows[0][i - 1], rows[1][i - 1]), abs=1e-4)
-        assert token["top"] == [tokenizer.decode([int(rows[m][i - 1].argmax())]) for m in range(2)]
+        assert all(token["top"][m] in {tokenizer.decode([t]) for t in possible_tops(rows[m][i - 1])} for m in range(2))
     assert tokens[0]["top"] is None
     assert result["next"]["js"] == pytest.approx(js_reference(rows[0][-1], rows[1][-1]), abs=1e-4)
     for m, name in enumerate(names):
