@@ -18,6 +18,7 @@ from browser import (  # skips without chromium
     stored_tree,
     type_text,
     wait_for,
+    wait_for_stored_text,
     watch_page,
 )
 from ui.render import first_word
@@ -156,3 +157,46 @@ def test_the_phone_shows_the_suggestions_and_plot_with_the_text_and_a_reload_kee
     expect(page.locator("#chat-mode input[value=chat]")).to_be_checked()
     expect(page.locator("#conversation")).to_contain_text(question)
     expect(page.locator("#heatmap-on input")).to_be_checked()
+
+
+def _continue_by_many_tokens(page, text: str) -> None:
+    """Start a Continue long enough to still be writing when the test acts, and wait until it has written."""
+    type_text(page, text)
+    expect_suggestions_for(page, text)
+    page.get_by_label("Tokens to continue").fill("256")
+    page.locator("#continue").click()
+    expect(page.locator("#continue-stop")).to_be_visible()
+    page.wait_for_function("(n) => document.querySelector('#text textarea').value.length > n", arg=len(text))
+
+
+def _written_by_continue(text: str, value: str, typed: str = "") -> str:
+    """What Continue wrote into `value` after `text` (before `typed`): a start of its greedy continuation."""
+    assert value.startswith(text) and value.endswith(typed), value
+    written = value[len(text):len(value) - len(typed)]
+    assert written and cli.generate(text, 256, "greedy")["text"].startswith(written), written
+    return written
+
+
+def test_typing_while_continue_writes_stops_it_and_every_character_goes_in_after_what_it_wrote(page):
+    _continue_by_many_tokens(page, DRAFT)
+    box = page.locator("#text textarea")
+    box.press_sequentially(" ZEBRA")
+    expect(page.locator("#continuation-status")).to_contain_text("stopped by you")
+    expect(box).to_have_value(re.compile(r" ZEBRA$"))
+    value = box.input_value()
+    _written_by_continue(DRAFT, value, " ZEBRA")
+    expect_suggestions_for(page, value)
+    expect(page.locator("#continue")).to_be_visible()
+    tree = wait_for_stored_text(page, value)
+    path = [tree.nodes[node] for node in tree.path()]
+    assert [node.kind for node in path[-2:]] == ["continue", "type"], "what Continue wrote, then the writer's keys"
+
+
+def test_stop_ends_continue_and_keeps_what_it_wrote(page):
+    _continue_by_many_tokens(page, DRAFT)
+    page.locator("#continue-stop").click()
+    expect(page.locator("#continuation-status")).to_contain_text("stopped by you")
+    expect(page.locator("#continue-stop")).to_be_hidden()
+    value = page.locator("#text textarea").input_value()
+    _written_by_continue(DRAFT, value)
+    expect_suggestions_for(page, value)

@@ -1,9 +1,11 @@
 """The continuation panel: Continue writes the model's greedy continuation into the text at the caret, streamed,
 then shows which tokens came from accepted drafts (lossless lookahead decoding: the same text in fewer passes).
-Its "Stop at" strings end branches too."""
+Stop (or the writer's first keystroke in the text: keyboard.js holds it and presses Stop) ends it after the token
+being written, keeping what it wrote. Its "Stop at" strings end branches too."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import gradio as gr
@@ -18,6 +20,45 @@ from ui.wiring import Update, Wiring, session_key
 
 SOURCE_LABELS = {"ngram": "n-gram draft", "recycled": "recycled prediction", "step": "plain step"}
 SOURCE_COLORS = {"n-gram draft": "#34d399", "recycled prediction": "#fbbf24", "plain step": "#e5e7eb"}
+# What the page does once a Continue's event has ended, however it ended: the keystrokes held meanwhile go in.
+CONTINUE_ENDED_JS = "() => window.continueEnded?.()"
+
+
+class StopRequests:
+    """The sessions whose writer asked their running Continue to stop. A Stop that arrives when none runs is
+    dropped, so that it cannot end the next one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[str] = set()
+        self._asked: set[str] = set()
+
+    def start(self, session: str) -> None:
+        with self._lock:
+            self._running.add(session)
+            self._asked.discard(session)
+
+    def ask(self, session: str) -> None:
+        with self._lock:
+            if session in self._running:
+                self._asked.add(session)
+
+    def asked(self, session: str) -> bool:
+        with self._lock:
+            return session in self._asked
+
+    def end(self, session: str) -> None:
+        with self._lock:
+            self._running.discard(session)
+            self._asked.discard(session)
+
+
+STOPS = StopRequests()
+
+
+def stop_continuing(request: gr.Request) -> None:
+    """The writer's Stop: their running Continue ends after the token it is writing."""
+    STOPS.ask(session_key(request))
 
 
 def continue_text(
@@ -38,12 +79,25 @@ def continue_text(
     result = None
     method = "lookahead" if lossless else "greedy"
     where = Place(text, at)
-    results = cli.generate_stream(text, int(n_tokens), method, session=session_key(request), messages=messages,
-                                  model_name=context.model_name, constraint=constraints.for_text(where.before),
-                                  stop=constraints.stop_strings, caret=at)
-    for result in results:
-        yield {"text_box": inserted(where, result["text"])[0], "history_state": history,
-               "continuation_status": f"{len(result['token_ids'])} tokens…"}
+    session = session_key(request)
+    STOPS.start(session)
+    try:
+        results = cli.generate_stream(text, int(n_tokens), method, session=session, messages=messages,
+                                      model_name=context.model_name, constraint=constraints.for_text(where.before),
+                                      stop=constraints.stop_strings, caret=at)
+        for result in results:
+            if STOPS.asked(session):
+                results.close()
+                break
+            yield {"text_box": inserted(where, result["text"])[0], "history_state": history,
+                   "continuation_status": f"{len(result['token_ids'])} tokens…"}
+        stopped = STOPS.asked(session)
+    finally:
+        STOPS.end(session)
+    if result is None or not result["token_ids"]:
+        yield {"text_box": history.text, "caret_sync": caret_out(at), "history_state": history,
+               "continuation_status": "Stopped before it wrote anything."}
+        return
     new_text, at = inserted(where, result["text"])
     history.add(new_text, "continue", result["token_ids"],
                 {"method": result["method"], **({"caret": where.caret} if where.caret is not None else {})})
@@ -56,6 +110,7 @@ def continue_text(
         f"{n / result['seconds']:.1f} tokens/s"
         + (" · stopped early to stay within the GPU time it asked for" if result["stopped_for_time"] else "")
         + (f" · stopped at {result['stop']!r}" if result["stop"] else "")
+        + (" · stopped by you" if stopped else "")
     )
     yield {"text_box": history.text, "caret_sync": caret_out(at), "text_base": str(history.current),
            "continuation": gr.update(value=pieces, visible=True), "continuation_status": summary,
@@ -70,6 +125,8 @@ class ContinuationPanel:
             self.stops = gr.Textbox(label="Stop at (one per line; \\n is a newline)", lines=1, max_lines=4,
                                     elem_id="stops", placeholder="e.g. .")
             self.button = gr.Button("Continue", elem_id="continue", variant="primary", scale=0, min_width=140)
+            # Shown while a Continue writes (page.css): keyboard.js marks the page so.
+            self.stop = gr.Button("Stop", elem_id="continue-stop", variant="stop", scale=0, min_width=140)
         self.view = gr.HighlightedText(
             label="Last continuation: where each token came from", color_map=SOURCE_COLORS, combine_adjacent=False,
             show_legend=True, elem_id="continuation", visible=False,
@@ -80,11 +137,15 @@ class ContinuationPanel:
         return {"continuation": self.view, "continuation_status": self.status}
 
     def wire(self, wiring: Wiring, draft: Controls, context: Controls, constraints: Controls, refresh: dict) -> None:
-        self.button.click(**wiring.handler(
+        writing = self.button.click(**wiring.handler(
             continue_text,
             dict(draft=draft, n_tokens=self.n_tokens, lossless=self.lossless, history="history_state",
                  context=context, constraints=constraints),
             ["text_box", "caret_sync", "text_base", "continuation", "continuation_status", "history_state"],
             concurrency_id="generate", show_progress_on=[self.status],
-        )).success(**refresh)
+        ))
+        writing.success(**refresh)
+        writing.then(None, None, None, js=CONTINUE_ENDED_JS)
+        # At once, beside everything: a Stop waits for nothing (it touches no state of the session).
+        self.stop.click(**wiring.handler(stop_continuing, {}, [], concurrency_id="stop", concurrency_limit=None))
         self.stops.blur(**refresh)

@@ -55,6 +55,46 @@ document.addEventListener("input", (e) => {
     setTimeout(() => document.getElementById("text-edited")?.click(), 0);
   }
 });
+// While Continue writes, the text box is the model's: an edit there would be overwritten by its next token. So
+// the writer's first keystroke presses Stop, and their edits are held (not lost) until the continuation's last
+// token is in and the caret after it, then go in there as typed (each fires the input event above).
+let continuing = false;
+const held = [];
+document.addEventListener("click", (e) => {
+  if (e.target.closest && e.target.closest("#continue")) {
+    continuing = true;
+    document.body.classList.add("continuing");
+  }
+}, true);
+document.addEventListener("beforeinput", (e) => {
+  if (!continuing || !inText(e)) return;
+  e.preventDefault();
+  if (!held.length) document.getElementById("continue-stop")?.click();
+  held.push({ type: e.inputType, text: e.data ?? e.dataTransfer?.getData("text/plain") ?? "" });
+}, true);
+const LINE_BREAKS = new Set(["insertLineBreak", "insertParagraph"]);
+function replayHeld() {
+  if (window.caretPending) {  // the continuation's caret is still being placed (place_caret.js)
+    requestAnimationFrame(replayHeld);
+    return;
+  }
+  const box = document.querySelector("#text textarea");
+  if (!box || !held.length) return;
+  box.focus();
+  for (const edit of held.splice(0)) {
+    if (edit.type.startsWith("delete")) {
+      document.execCommand(edit.type.includes("Forward") ? "forwardDelete" : "delete");
+    } else {
+      document.execCommand("insertText", false, LINE_BREAKS.has(edit.type) ? "\n" : edit.text);
+    }
+  }
+}
+// Continue's event has ended, however it ended (ui/panels/continuation.py): the text box is the writer's again.
+window.continueEnded = () => {
+  continuing = false;
+  document.body.classList.remove("continuing");
+  requestAnimationFrame(() => requestAnimationFrame(replayHeld));  // once the last answer is on the page
+};
 // Taking a branch or a plot token (a click, a tap, Alt+1…9): new suggestions are on their way.
 document.addEventListener("click", (e) => {
   if (e.target.closest && e.target.closest(".branch-btn, .distribution [data-token-id]") && !e.target.closest(".why")) {
