@@ -78,6 +78,33 @@ def inserted_at(text: str, caret: int | None, piece: str) -> tuple[str, int | No
     return inserted(Place(text, caret), piece)
 
 
+# Where the caret's line is on the screen: a copy of the text box's text up to the caret, laid out as the box lays it
+# out, gives the line's offset in the box's text; the box's scroll and place give it on the screen. {top, bottom}.
+CARET_LINE_JS = """() => {
+  const box = document.querySelector("#text textarea");
+  const style = getComputedStyle(box);
+  const copy = document.createElement("div");
+  for (const name of ["font", "padding", "border", "boxSizing", "letterSpacing", "lineHeight", "overflowWrap",
+                      "wordBreak", "tabSize"]) copy.style[name] = style[name];
+  Object.assign(copy.style, { position: "absolute", visibility: "hidden", whiteSpace: "pre-wrap",
+                              width: box.clientWidth + "px", height: "auto", overflowY: "hidden" });
+  copy.textContent = box.value.slice(0, box.selectionStart);
+  const mark = document.createElement("span");
+  mark.textContent = "|";
+  copy.appendChild(mark);
+  document.body.appendChild(copy);
+  const line = mark.offsetTop - box.scrollTop + box.getBoundingClientRect().top;
+  const height = mark.offsetHeight;
+  copy.remove();
+  return { top: line, bottom: line + height };
+}"""
+
+
+def caret_line(page) -> dict:
+    """The caret's line in the text box, as {top, bottom} on the screen (CSS pixels)."""
+    return page.evaluate(CARET_LINE_JS)
+
+
 # Samples the page every 50 ms while updates run (watch_page, then samples): what the writer sees of their text, and
 # whether anything covers or greys it, the branches or the plot, and any error toast.
 WATCH_JS = """() => {

@@ -12,6 +12,7 @@ from browser import (  # skips without chromium
     CHROMIUM,
     CHROMIUM_ARGS,
     SCREENSHOT,
+    caret_line,
     expect_suggestions_for,
     inserted_at,
     samples,
@@ -200,3 +201,47 @@ def test_stop_ends_continue_and_keeps_what_it_wrote(page):
     value = page.locator("#text textarea").input_value()
     _written_by_continue(DRAFT, value)
     expect_suggestions_for(page, value)
+
+
+LONG_TEXT = "\n\n".join(f"Paragraph {n}. " + PASTE * 3 for n in range(1, 15))  # ~3,400 words
+
+
+def assert_caret_line_and_branches_in_view(page, seen: str) -> None:
+    viewport = page.viewport_size
+    line = caret_line(page)
+    assert 0 <= line["top"] and line["bottom"] <= viewport["height"], f"{seen}: the caret's line is in view ({line})"
+    for button in page.locator("#branches .branch-btn").all():
+        if button.is_visible():
+            box = button.bounding_box()
+            assert 0 <= box["y"] and box["y"] + box["height"] <= viewport["height"], f"{seen}: a branch is in view"
+            assert 0 <= box["x"] and box["x"] + box["width"] <= viewport["width"], f"{seen}: a branch is in view"
+
+
+def test_a_long_text_keeps_the_caret_line_and_the_branches_in_view_together(page):
+    box = page.locator("#text textarea")
+    box.fill(LONG_TEXT[:-1])
+    box.press_sequentially(LONG_TEXT[-1])
+    expect(page.locator("#status")).to_contain_text("context tokens")
+    # The writer scrolls the box to paragraph 10 and clicks into its middle.
+    middle = LONG_TEXT.index("Paragraph 10.") + len(PASTE)
+    page.evaluate("""(at) => {
+      const box = document.querySelector("#text textarea");
+      box.setSelectionRange(at, at);
+      box.blur();
+      box.focus();  // the browser scrolls the box to the selection as it gains focus
+    }""", middle)
+    line = caret_line(page)
+    shown = box.bounding_box()
+    page.mouse.click(shown["x"] + shown["width"] / 2, (line["top"] + line["bottom"]) / 2)
+    at = box.evaluate("(b) => [...b.value.slice(0, b.selectionStart)].length")
+    assert LONG_TEXT.index("Paragraph 10.") < at < LONG_TEXT.index("Paragraph 11."), "the caret is in paragraph 10"
+    expect(page.locator("#status")).to_contain_text(f"At the caret (character {at:,})")
+    expect(page.locator("body.suggestions-stale")).to_have_count(0)
+    assert_caret_line_and_branches_in_view(page, "a caret in paragraph 10")
+    before = box.input_value()
+    page.locator("#branch-0").click()
+    expect(box).not_to_have_value(before)
+    expect(page.locator("body.suggestions-stale")).to_have_count(0)
+    expect(page.locator("#status")).to_contain_text("At the caret")
+    assert_caret_line_and_branches_in_view(page, "a branch taken there")
+    page.screenshot(path=SCREENSHOT.with_name(f"long-text-{page.viewport_name}.png"))
