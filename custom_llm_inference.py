@@ -425,7 +425,7 @@ def lookahead(
     Branches continue greedily (`branch_mode="greedy"`: the best token by p_final) or by
     sampling from p_final (`"sample"`, reproducible with `seed`). Returns {"model",
     "device", "context_tokens", "reused_tokens", "truncated_tokens", "partial", "healed_whitespace",
-    "notice", "sampling", "branch_mode", "seed", "forced", "distribution": [...] (as from
+    "notice", "sampling", "branch_mode", "seed", "forced", "lead", "distribution": [...] (as from
     next_token_distribution; under a constraint followed by the REFUSED_ROWS likeliest tokens it
     refuses, "valid": False), "branches": [{"token_ids", "text", "prob", "p_final", "ends", "stop"}]}.
     A branch's "text" is exactly what to append to `text` (with healing, the backed-up
@@ -441,7 +441,11 @@ def lookahead(
     are as for next_token_distribution: under a constraint branches start from valid tokens and
     continue under it, and one that completes it ends there (`ends`). Where the constraint allows one token
     at a time right after the text, "forced" lists those tokens ({"token_ids", "text"}, else None): they lead
-    every branch, and the branches and the distribution are those of the first real choice after them. A branch
+    every branch, and the branches and the distribution are those of the first real choice after them. So do the
+    tokens the model all but certainly writes next (p and p_final >= 0.95, at most 4: a paragraph break's whitespace
+    completed): "lead" lists them ({"token_ids", "text", "prob"}, else None). Every branch writes a different text:
+    candidates that write the same text are one branch (the likeliest's tokens, "prob" and "p_final" summed) and
+    the next candidates are continued instead; a branch ends on a whole character. A branch
     also ends where it completes one of the `stop` strings: its text is cut before the string, and "stop" names it.
     `caret` (a character offset into `text`; None: its end): suggestions at the caret, exactly those for
     `text[:caret]`, a branch's "text" being what to insert there. With text after the caret, each branch has

@@ -27,7 +27,7 @@ class Prompt(NamedTuple):
     healed: str  # trailing whitespace backed up by token healing
     allowed: torch.Tensor | None  # healing's mask over the first token (None once a forced token took it)
     guide: Guide | None  # the constraint's state after the text (and `forced`)
-    forced: list[int]  # the last tokens of `ids`: the only ones the constraint allowed after the text
+    forced: list[int]  # the last tokens of `ids`: the only ones the constraint allowed after the text, then the lead
 
 
 def read_prompt(
@@ -36,13 +36,19 @@ def read_prompt(
 ) -> Prompt:
     """Tokenize the request's text (healing trailing whitespace, in chat mode after the conversation) and
     keep the window that leaves `room` tokens of the model's `context_limit`. With `force` (branches), the
-    tokens the constraint leaves no choice about are read too: the branches fork where there is one."""
+    tokens the constraint leaves no choice about are read too, then the request's `lead` (tokens the model all
+    but certainly writes): the branches fork where there is a choice."""
     prefix, healed = split_for_healing(request.text, tokenizer)
     eos = stop_tokens(request.model)
     ids, guide = matchers.context_and_guide(request.key, request.constraint, tokenizer, request.text, prefix,
                                             as_dicts(request.messages), eos, vocab_size, device)
     allowed = allowed_first_tokens(tokenizer, healed, vocab_size, device) if healed else None
     forced = forced_tokens(guide, allowed, eos) if force else []
+    lead = list(request.lead) if force and isinstance(request, LookaheadRequest) else []
+    for token in lead:
+        if guide is not None:
+            guide.advance(token)
+    forced += lead
     ids = ids + forced
     dropped = window_start(len(ids), context_limit - room, context_limit)
     return Prompt(ids[dropped:], dropped, healed, None if forced else allowed, guide, forced)

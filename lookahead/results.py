@@ -25,6 +25,14 @@ if TYPE_CHECKING:
 WINDOW_STEP = 0.25  # past the context, the window's start moves by this share of it at a time
 DISTRIBUTION_ROWS = 10  # a lookahead's distribution lists at least this many tokens: the page plots them
 REFUSED_ROWS = 3  # under a constraint it then lists the likeliest tokens the constraint refuses
+# A next token this likely (before and after the sampling settings) is no choice: the writer's own whitespace
+# completed (a paragraph break's "\n\n" at 99.6%), a word's forced rest. The branches fork after it, up to
+# MAX_LEAD_TOKENS of them: five ways on from the paragraph break instead of one, and four runs of spaces.
+LEAD_PROB = 0.95
+MAX_LEAD_TOKENS = 4
+# Where branches wrote the same text (one text, several tokenizations) and were made one, more candidates are
+# continued, up to this many times the branches asked for, so that as many different ones are shown.
+MAX_CANDIDATES_PER_BRANCH = 4
 
 
 def last(results: Iterable[dict]) -> dict:
@@ -45,6 +53,27 @@ def window_start(n_tokens: int, room: int, context: int) -> int:
     over = n_tokens - room
     step = max(1, int(WINDOW_STEP * context))
     return 0 if over <= 0 else -(-over // step) * step
+
+
+def lead_token(distribution: list[dict], stops: Collection[int], lead: tuple[int, ...]) -> dict | None:
+    """The distribution's first entry if the model all but certainly writes it next (LEAD_PROB), so that the
+    branches should fork after it; None where the next token is a real choice (or ends the text)."""
+    if len(lead) >= MAX_LEAD_TOKENS or not distribution:
+        return None
+    top = distribution[0]
+    certain = top["prob"] >= LEAD_PROB and top["p_final"] >= LEAD_PROB and top.get("valid", True)
+    return top if certain and top["token_id"] not in stops else None
+
+
+def lead_entry(forced: list[int], lead: tuple[int, ...], probs: tuple[float, ...], healed: str,
+               tokenizer: PreTrainedTokenizerBase) -> dict | None:
+    """What the model all but certainly writes before the branches' first choice (None: nothing): its tokens (the
+    last of `forced`, after those a constraint forces), their text, and their probability together."""
+    if not lead:
+        return None
+    before = tokenizer.decode(forced[: len(forced) - len(lead)], clean_up_tokenization_spaces=False)
+    whole = tokenizer.decode(forced, clean_up_tokenization_spaces=False)
+    return {"token_ids": list(lead), "text": whole[max(len(before), len(healed)):], "prob": math.prod(probs)}
 
 
 def forced_entry(forced: list[int], healed: str, tokenizer: PreTrainedTokenizerBase) -> dict | None:
@@ -123,6 +152,17 @@ def first_stop(text: str, stop: Iterable[str], searched_from: int = 0) -> tuple[
     return (best[1], best[2]) if best[2] is not None else (len(text), None)
 
 
+def more_candidates(asked: int, candidates: int, distinct: int, shown: int) -> int | None:
+    """How many candidate branches to continue instead of `candidates`, where only `distinct` of them wrote different
+    texts and `shown` are wanted (None: enough, or no more to be had)."""
+    if distinct >= shown or candidates < asked or asked >= MAX_CANDIDATES_PER_BRANCH * shown:
+        return None
+    return min(asked + shown - distinct, MAX_CANDIDATES_PER_BRANCH * shown)
+
+
+HALF_CHARACTER = "\ufffd"  # what a token sequence that ends inside a character's bytes decodes to at its end
+
+
 def branch_entries(
     sequences: list[list[int]], stops: Collection[int], firsts: list[dict], healed: str,
     tokenizer: PreTrainedTokenizerBase, stop: tuple[str, ...] = (), fits: list[float] | None = None,
@@ -131,19 +171,30 @@ def branch_entries(
     fit with the text after the caret (`fits`, None without one; a branch that ends has none).
 
     A stop string ends a branch too: its text is cut before the string, its tokens run through the
-    one that completed it, and "stop" says which string it was.
+    one that completed it, and "stop" says which string it was. A branch ends on a whole character (the tokens
+    of a character begun at its end are left out, as long as one token remains). Branches that write the same
+    text are one, the likeliest, with their probabilities summed: one text reached through other tokenizations
+    is no other choice.
     """
-    branches = []
+    branches: list[dict] = []
     fits = fits or [None] * len(sequences)
     for seq, first, fit in zip((through_first(seq, stops) for seq in sequences), firsts, fits):
         end = seq[-1] in stops
         text = tokenizer.decode(seq[:-1] if end else seq, clean_up_tokenization_spaces=False)[len(healed) :]
+        while not end and text.endswith(HALF_CHARACTER) and len(seq) > 1:
+            seq = seq[:-1]
+            text = tokenizer.decode(seq, clean_up_tokenization_spaces=False)[len(healed) :]
         cut, stopped = first_stop(text, stop)
         if stopped is not None:
             reach = cut + len(stopped)  # the tokens that wrote the stop string, no more
             seq = next(seq[:n] for n in range(1, len(seq) + 1)
                        if len(tokenizer.decode(seq[:n], clean_up_tokenization_spaces=False)) - len(healed) >= reach)
             text, end = text[:cut], False
+        same = next((branch for branch in branches if branch["text"] == text), None)
+        if same is not None:
+            same["prob"] += first["prob"]
+            same["p_final"] += first["p_final"]
+            continue
         branches.append({"token_ids": seq, "text": text, "prob": first["prob"], "p_final": first["p_final"],
                          "ends": end, "stop": stopped, "fit": None if end or stopped else fit})
     return branches

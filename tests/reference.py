@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 
+from lookahead.results import LEAD_PROB, MAX_CANDIDATES_PER_BRANCH, MAX_LEAD_TOKENS
+
 TIE = 1e-5  # logprobs closer than this may rank either way between two exact computations
 DEEP_RANK = 100  # past this rank, neighbours within TIE of each other are common in a real model's row
 
@@ -37,33 +39,50 @@ def next_logits(model, ids: list[int]) -> torch.Tensor:
 
 
 def reference_lookahead(model, tokenizer, text: str, k: int, depth: int, dropped: int = 0, ids_for=None) -> dict:
-    """Top-k next tokens of `text` (healing a trailing whitespace character) and their greedy continuations,
-    each cut after the end-of-sequence token if it reaches one. `ids_for(prefix)`: the token ids of the
-    healed text (default: the tokenizer's; chat mode passes the conversation's).
+    """The k branches a writer is shown after `text` (healing a trailing whitespace character): while the likeliest
+    next token is all but certain (LEAD_PROB, up to MAX_LEAD_TOKENS) it leads them all ("lead"); then the likeliest
+    next tokens, each continued greedily and cut after the end-of-sequence token if it reaches one, and after its
+    last whole character; a branch writing the text of a likelier one is no other choice, and the next candidate
+    is taken instead (up to MAX_CANDIDATES_PER_BRANCH * k of them). `ids_for(prefix)`: the token ids of the healed
+    text (default: the tokenizer's; chat mode passes the conversation's).
 
     `dropped`: how many leading tokens the window leaves out (the engine chooses; the test checks the choice).
     """
     healed = text[-1] if len(text) > 1 and text[-1].isspace() else ""
     ids = (ids_for or (lambda prefix: tokenizer(prefix)["input_ids"]))(text[: len(text) - len(healed)])[dropped:]
-    logits = next_logits(model, ids)
+    eos = model.generation_config.eos_token_id
+    eos = {eos} if isinstance(eos, int) else set(eos or ())
+    logits, lead, lead_prob = next_logits(model, ids), [], 1.0
     if healed:
         texts = tokenizer.batch_decode([[i] for i in range(logits.shape[0])])
         ok = torch.tensor([t.startswith(healed) for t in texts])
         logits = logits.masked_fill(~ok, float("-inf"))
     logprobs = torch.log_softmax(logits, -1)
-    first = logprobs.topk(k).indices.tolist()
-    branches, step_logits = [], []
-    for token in first:
-        seq, steps = ids + [token], []
+    while len(lead) < MAX_LEAD_TOKENS and logprobs.max().exp() >= LEAD_PROB and int(logprobs.argmax()) not in eos:
+        lead.append(int(logprobs.argmax()))
+        lead_prob *= float(logprobs.max().exp())
+        ids = ids + lead[-1:]
+        logits = next_logits(model, ids)
+        logprobs = torch.log_softmax(logits, -1)
+    branches, texts = [], []
+    for token in logprobs.topk(MAX_CANDIDATES_PER_BRANCH * k).indices.tolist():
+        if len(branches) == k or not torch.isfinite(logprobs[token]):
+            break
+        seq = ids + [token]
         for _ in range(depth - 1):
-            steps.append(next_logits(model, seq))
-            seq.append(int(steps[-1].argmax()))
-        branch, eos = seq[len(ids) :], model.generation_config.eos_token_id
-        eos = {eos} if isinstance(eos, int) else set(eos or ())
-        branches.append(next((branch[: i + 1] for i, t in enumerate(branch) if t in eos), branch))
-        step_logits.append(steps)
+            seq.append(int(next_logits(model, seq).argmax()))
+        branch = lead + seq[len(ids):]
+        branch = next((branch[: i + 1] for i, t in enumerate(branch) if t in eos), branch)
+        ends = branch[-1] in eos
+        shown = lambda tokens: tokenizer.decode(tokens, clean_up_tokenization_spaces=False)[len(healed):]  # noqa: E731
+        while not ends and shown(branch).endswith("\ufffd") and len(branch) > len(lead) + 1:
+            branch = branch[:-1]
+        written = shown(branch[:-1] if ends else branch)
+        if written not in texts:
+            branches.append(branch)
+            texts.append(written)
     return {"ids": ids, "healed": healed, "logits": logits, "logprobs": logprobs, "branches": branches,
-            "step_logits": step_logits}
+            "lead": lead, "lead_prob": lead_prob, "firsts": logprobs.topk(k).indices.tolist()}
 
 
 @torch.inference_mode()
@@ -87,4 +106,5 @@ def assert_matches_reference(result, ref, k):
     for entry in result["distribution"]:
         assert entry["logprob"] == pytest.approx(float(ref["logprobs"][entry["token_id"]]), abs=1e-4)
         assert entry["prob"] == pytest.approx(float(ref["logprobs"][entry["token_id"]].exp()), abs=1e-4)
-    assert [d["token_id"] for d in result["distribution"][:k]] == [b[0] for b in ref["branches"]]
+    assert [d["token_id"] for d in result["distribution"][:k]] == ref["firsts"]
+    assert (result["lead"] or {}).get("token_ids", []) == ref["lead"]

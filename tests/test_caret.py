@@ -38,8 +38,12 @@ def follow_logprob(model, prefix: list[int], follow: list[int]) -> float:
     return sum(float(logprobs[len(prefix) - 1 + j, token]) for j, token in enumerate(follow))
 
 
-def reference_fits(model, tokenizer, ids: list[int], branches: list[list[int]], after: str, n: int) -> list[float]:
-    """(log p(S | P + b) - log p(S | P)) / len(S), S the first n tokens of `after` tokenized on its own."""
+def reference_fits(model, tokenizer, reference: dict, after: str, n: int) -> list[float]:
+    """(log p(S | P + b) - log p(S | P)) / len(S) for each of `reference`'s branches b (reference_lookahead's),
+    P the text's token ids (before the tokens that lead every branch), S the first n tokens of `after` tokenized
+    on its own."""
+    ids = reference["ids"][: len(reference["ids"]) - len(reference["lead"])]
+    branches = reference["branches"]
     follow = tokenizer(after, add_special_tokens=False)["input_ids"][:n]
     base = follow_logprob(model, ids, follow)
     return [(follow_logprob(model, ids + branch, follow) - base) / len(follow) for branch in branches]
@@ -56,7 +60,7 @@ def test_suggestions_at_a_caret_are_those_for_the_text_before_it_with_fit(embedd
     assert_matches_reference(result, reference, 5)
     assert [b["text"] for b in result["branches"]] == [b["text"] for b in alone["branches"]]
     assert result["healed_whitespace"] == alone["healed_whitespace"]
-    fits = reference_fits(model, tokenizer, reference["ids"], reference["branches"], DRAFT[caret:], 32)
+    fits = reference_fits(model, tokenizer, reference, DRAFT[caret:], 32)
     assert [b["fit"] for b in result["branches"]] == pytest.approx(fits, abs=1e-4)
     assert all(b["fit"] is None for b in alone["branches"]), "nothing after the caret: no fit"
     distribution = cli.next_token_distribution(DRAFT, 10, session="writer", caret=caret)
@@ -70,7 +74,7 @@ def test_fit_is_measured_on_as_many_tokens_as_asked(embedded):
     caret = CARETS["word end"]
     result = cli.lookahead(DRAFT, 3, 2, caret=caret, fit_tokens=4)
     reference = reference_lookahead(model, tokenizer, DRAFT[:caret], 3, 2)
-    fits = reference_fits(model, tokenizer, reference["ids"], reference["branches"], DRAFT[caret:], 4)
+    fits = reference_fits(model, tokenizer, reference, DRAFT[caret:], 4)
     assert [b["fit"] for b in result["branches"]] == pytest.approx(fits, abs=1e-4)
     assert all(b["fit"] is None for b in cli.lookahead(DRAFT, 3, 2, caret=caret, fit_tokens=0)["branches"])
     assert all(b["fit"] is None for b in cli.lookahead(DRAFT, 3, 2, caret=len(DRAFT))["branches"])
@@ -92,7 +96,7 @@ def test_a_caret_in_a_chat_reply(embedded, reply):
                                     ids_for=lambda prefix: transformers_ids(tokenizer, CONVERSATION, prefix))
     assert_matches_reference(result, reference, 4)
     if caret < len(reply):
-        fits = reference_fits(model, tokenizer, reference["ids"], reference["branches"], reply[caret:], 32)
+        fits = reference_fits(model, tokenizer, reference, reply[caret:], 32)
         assert [b["fit"] for b in result["branches"]] == pytest.approx(fits, abs=1e-4)
     else:
         assert all(b["fit"] is None for b in result["branches"])
@@ -109,7 +113,8 @@ def test_a_forced_token_before_the_caret_still_gives_distinct_branches(embedded)
     assert len({tuple(b["token_ids"]) for b in result["branches"]}) == 5
     model, tokenizer = embedded
     ids = tokenizer(text[:caret].rstrip())["input_ids"]
-    fits = reference_fits(model, tokenizer, ids, [b["token_ids"] for b in result["branches"]], text[caret:], 32)
+    shown = {"ids": ids, "lead": [], "branches": [b["token_ids"] for b in result["branches"]]}
+    fits = reference_fits(model, tokenizer, shown, text[caret:], 32)
     assert [b["fit"] for b in result["branches"]] == pytest.approx(fits, abs=1e-4)
 
 

@@ -8,7 +8,7 @@ import torch
 
 import custom_llm_inference as cli
 from lookahead.prefix_cache import common_prefix_length
-from lookahead.results import WINDOW_STEP, window_start
+from lookahead.results import LEAD_PROB, WINDOW_STEP, branch_entries, window_start
 from reference import assert_matches_reference, reference_lookahead
 
 EDITS = [
@@ -72,6 +72,43 @@ def test_trailing_whitespace_is_healed_and_branches_continue_the_text_exactly(em
     assert sum(d["prob"] for d in cli.next_token_distribution("The cat ", 200)) <= 1 + 1e-6
     newline = cli.lookahead("First paragraph.\n", 3, 2)
     assert newline["healed_whitespace"] == "\n"
+
+
+PARAGRAPHS = ["The lighthouse stood at the edge of the world, and every night the keeper climbed its stairs.\n\n",
+              "Ships passed far out at sea. None of them knew his name.\n\n",
+              "def add(a, b):\n    return a + b\n\n"]
+
+
+@pytest.mark.parametrize("text", PARAGRAPHS)
+def test_after_a_paragraph_break_every_branch_is_a_real_choice(embedded, text):
+    """The paragraph break's whitespace completed is all but certain: the branches fork after it, at five different
+    first words of the new paragraph, with the probabilities of a plain computation."""
+    model, tokenizer = embedded
+    result = cli.lookahead(text, 5, 3, session="paragraph")
+    ref = reference_lookahead(model, tokenizer, text, 5, 3)
+    assert_matches_reference(result, ref, 5)
+    assert ref["lead"], "the break's whitespace is all but certain"
+    assert result["lead"]["prob"] == pytest.approx(ref["lead_prob"], abs=1e-4) and ref["lead_prob"] >= LEAD_PROB
+    firsts = [b["token_ids"][len(result["lead"]["token_ids"])] for b in result["branches"]]
+    assert len(set(firsts)) == 5 and len({b["text"] for b in result["branches"]}) == 5
+    for branch, first in zip(result["branches"], firsts):
+        assert branch["prob"] == pytest.approx(float(ref["logprobs"][first].exp()), abs=1e-4)
+        assert not branch["text"].isspace(), "no branch is whitespace alone"
+
+
+def test_branches_that_write_one_text_are_one_and_none_ends_in_half_a_character(embedded):
+    _, tokenizer = embedded
+    cat = tokenizer("🐈", add_special_tokens=False)["input_ids"]  # several tokens, each a part of its bytes
+    assert len(cat) > 1
+    yes = tokenizer(" yes", add_special_tokens=False)["input_ids"]
+    spaced_yes = tokenizer.convert_tokens_to_ids(["Ġ", "yes"])  # the same text in two tokens
+    sequences = [yes + [2], spaced_yes + [2], tokenizer(" a", add_special_tokens=False)["input_ids"] + cat[:1]]
+    firsts = [{"prob": 0.5, "p_final": 0.6}, {"prob": 0.2, "p_final": 0.3}, {"prob": 0.1, "p_final": 0.1}]
+    branches = branch_entries(sequences, {2}, firsts, "", tokenizer)
+    assert [b["text"] for b in branches] == [" yes", " a"]
+    assert branches[0]["prob"] == pytest.approx(0.7) and branches[0]["p_final"] == pytest.approx(0.9)
+    assert branches[0]["token_ids"] == yes + [2], "the likeliest tokenization stands for the text"
+    assert branches[1]["token_ids"] == sequences[2][:-1], "the half character is left out"
 
 
 def test_text_without_trailing_whitespace_is_scored_as_tokenized(embedded):

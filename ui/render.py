@@ -50,10 +50,17 @@ def times(ratio: float) -> str:
     return f"{ratio:.{1 if ratio < 10 else 0}f}×"
 
 
-def distribution_plot(distribution: list[dict], forced: str | None = None) -> str:
+def lead_heading(lead: dict) -> str:
+    """What the model all but certainly writes before the choice the plot shows (a lookahead's "lead")."""
+    if not lead["text"]:  # the whitespace the text ends with, as one token
+        return f"The model all but certainly keeps your whitespace as it is ({percent(lead['prob'])})"
+    return f"The model all but certainly writes {html.escape(visible(lead['text']))} first ({percent(lead['prob'])})"
+
+
+def distribution_plot(distribution: list[dict], forced: str | None = None, lead: dict | None = None) -> str:
     """p_base and p_final bars for the top tokens and the rest ("other"); cut tokens greyed, and those a
     constraint refuses marked ✗. Rows are clickable. `forced`: the text a constraint writes by itself first;
-    the plot is of the choice after it."""
+    `lead`: what the model all but certainly writes then (a lookahead's "lead"); the plot is of the choice after."""
     refused = [d for d in distribution if not d.get("valid", True)][:REFUSED_ROWS]
     top = [d for d in distribution if d.get("valid", True)][: DISTRIBUTION_ROWS - len(refused)] + refused
     rows = [(d, visible(d["token"]), d["prob"], d.get("p_final", d["prob"]), d.get("kept", True)) for d in top]
@@ -72,6 +79,7 @@ def distribution_plot(distribution: list[dict], forced: str | None = None) -> st
         '<div style="font-size:12px;color:var(--body-text-color-subdued);margin-bottom:4px">'
         + (f'<b class="forced">The constraint writes {html.escape(visible(forced))} first; the choice after it:</b> '
            if forced is not None else "")
+        + (f'<b class="forced">{lead_heading(lead)}; the choice after it:</b> ' if lead else "")
         + f'<span style="color:{BASE_COLOR}">■</span> p_base (plain softmax) '
         f'<span style="color:{FINAL_COLOR}">■</span> p_final (after the sampling settings) · '
         f'greyed: cut by the filters' + (" · ✗: the constraint refuses it" if constrained else "")

@@ -58,6 +58,9 @@ from lookahead.results import (
     eos_ids,
     forced_entry,
     last,
+    lead_entry,
+    lead_token,
+    more_candidates,
     scores_result,
     stop_tokens,
     text_token_places,
@@ -501,24 +504,37 @@ listings = Listings()
 
 
 def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unkept = prefix_caches,
-               window: int | None = None) -> dict:
+               window: int | None = None, lead_probs: tuple[float, ...] = (), shown: int | None = None) -> dict:
+    """The branches, each a real choice: where the model all but certainly writes the next token, it leads them
+    all (`lead_probs`: the probabilities of those in `request.lead`), read over the kept cache; where branches
+    write the same text, more candidates are continued until `shown` (default: the branches asked for) differ."""
+    shown = shown or request.n_branches
     run = _run(request, store, window)
     sampling = request.sampling
+    stops = eos_ids(load_model(request.model_name)[0].generation_config)
+    listed = _distribution(run, sampling, max(DISTRIBUTION_ROWS, shown))
+    top = lead_token(listed, stops, request.lead)
+    if top is not None:
+        return _lookahead(replace(request, lead=(*request.lead, top["token_id"])), store, window,
+                          (*lead_probs, top["prob"]), shown)
     sequences = run.result.sequences.tolist()
     firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])
-    stops = eos_ids(load_model(request.model_name)[0].generation_config)
     fits = None if run.result.fit is None else run.result.fit.tolist()
     branches = branch_entries([run.forced + seq for seq in sequences], stops, firsts, run.healed, run.tokenizer,
                               request.stop, fits)
-    listed = _distribution(run, sampling, max(DISTRIBUTION_ROWS, request.n_branches))
+    wider = more_candidates(request.n_branches, len(sequences), len(branches), shown)
+    if wider is not None:
+        return _lookahead(replace(request, n_branches=wider), store, window, lead_probs, shown)
+    constrained = run.forced[: len(run.forced) - len(request.lead)]
     return {
         **run.info,
         "sampling": sampling.as_dict(),
         "branch_mode": request.branch_mode,
         "seed": request.seed,
         "distribution": listed + _refused(run, sampling, listed),
-        "forced": forced_entry(run.forced, run.healed, run.tokenizer),
-        "branches": branches,
+        "forced": forced_entry(constrained, run.healed, run.tokenizer),
+        "lead": lead_entry(run.forced, request.lead, lead_probs, run.healed, run.tokenizer),
+        "branches": branches[:shown],
     }
 
 

@@ -75,8 +75,9 @@ def node_settings(shown: Suggestions | None) -> dict:
 
 
 def forced_ids(result: dict) -> list[int]:
-    """The tokens a constraint wrote by itself before the branches' first choice (they lead every branch)."""
-    return result["forced"]["token_ids"] if result.get("forced") else []
+    """The tokens before the branches' first choice, which lead every branch: those a constraint wrote by itself,
+    then those the model all but certainly writes."""
+    return [token for part in ("forced", "lead") if result.get(part) for token in result[part]["token_ids"]]
 
 
 def forced_text(result: dict) -> str | None:
@@ -86,10 +87,10 @@ def forced_text(result: dict) -> str | None:
 
 def before_choice(text: str, result: dict) -> str:
     """The text as the suggestions on screen read it up to the choice they show: with healing, its trailing
-    whitespace is the next token's own, so it ends before it; after what a constraint writes by itself, it is
-    the text and that."""
-    if result.get("forced"):
-        return text + result["forced"]["text"]
+    whitespace is the next token's own, so it ends before it; after what a constraint writes by itself and what
+    the model all but certainly writes, it is the text and those."""
+    if result.get("forced") or result.get("lead"):
+        return text + "".join((result.get(part) or {}).get("text", "") for part in ("forced", "lead"))
     return text[: len(text) - len(result["healed_whitespace"])]
 
 
@@ -214,7 +215,7 @@ def suggest(draft: Draft, history: History, settings: Settings, request: gr.Requ
     # they follow (complete_at_caret): the text after it may have to be read again first.
     heat = {} if result["partial"] or shown.caret is not None else heatmap_after(text, settings, request)
     return {"shown_state": shown, **branch_choices(result["branches"]),
-            "plot": distribution_plot(result["distribution"], forced_text(result)),
+            "plot": distribution_plot(result["distribution"], forced_text(result), result.get("lead")),
             "status": status_line(result, ms, settings.constraints.constraint, shown.caret),
             "marker": caret_marker(text, shown.caret),
             "read_timer": gr.Timer(READ_POLL_SECONDS, active=bool(result["partial"])), **history_shown(history),

@@ -30,7 +30,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from http import HTTPStatus
 from typing import NamedTuple
@@ -69,6 +69,9 @@ from lookahead.results import (
     context_info,
     distribution_entries,
     forced_entry,
+    lead_entry,
+    lead_token,
+    more_candidates,
     scores_result,
     stop_tokens,
 )
@@ -256,10 +259,18 @@ class CompletionsBackend:
         """The branches; `precompute`, `partial` and `yielding` are not needed here (the server's prefix cache keeps
         the text, and the server schedules its requests, a long text's read among them)."""
         self._constrainable(request)
-        sampling, n_branches = request.sampling, request.n_branches
-        refusal = self.server.draw_refusal(sampling) if request.branch_mode == "sample" else None
+        refusal = self.server.draw_refusal(request.sampling) if request.branch_mode == "sample" else None
         if refusal:
             raise ValueError(refusal)
+        return self._lookahead(request)
+
+    def _lookahead(self, request: LookaheadRequest, lead_probs: tuple[float, ...] = (),
+                   shown: int | None = None) -> dict:
+        """The branches, each a real choice, as in-process: a token the model all but certainly writes next leads
+        them all (`lead_probs`: the probabilities of those in `request.lead`); where branches write the same text,
+        more candidates are continued until `shown` (default: the branches asked for) differ."""
+        sampling, n_branches = request.sampling, request.n_branches
+        shown = shown or n_branches
         context = self._context(request, room=request.depth)
         rows = max(DISTRIBUTION_ROWS, n_branches)
         top, reused, ceiling = self._next_tokens(context, rows)
@@ -267,6 +278,11 @@ class CompletionsBackend:
         logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling,
                                                      context.allowed, valid, ceiling)
         distribution = distribution_entries(logprobs, final, rows, context.tokenizer, valid=valid)
+        stops = stop_tokens(context.model)
+        lead = lead_token(distribution, stops, request.lead)
+        if lead is not None:
+            return self._lookahead(replace(request, lead=(*request.lead, lead["token_id"])),
+                                   (*lead_probs, lead["prob"]), shown)
         firsts = distribution[:n_branches]  # the branches start from the best tokens by p_final
         if valid is not None:
             firsts = [f for f in firsts if f["valid"]] or [self._constrained_first(context, sampling)]
@@ -274,18 +290,24 @@ class CompletionsBackend:
             sequences = self._continue_branches(context, [f["token_id"] for f in firsts], request)
         else:
             sequences = [self._continue_constrained(context, f["token_id"], request) for f in firsts]
-        stops = stop_tokens(context.model)
-        fits = self._fits(context, sequences, request)
+        branches = branch_entries([[*context.forced, *seq] for seq in sequences], stops, firsts, context.healed,
+                                  context.tokenizer, request.stop)
+        wider = more_candidates(n_branches, len(sequences), len(branches), shown)
+        if wider is not None:
+            return self._lookahead(replace(request, n_branches=wider), lead_probs, shown)
+        fits = self._fits(context, [branch["token_ids"][len(context.forced):] for branch in branches[:shown]], request)
         return {
             **self._info(context, reused, exact),
             "partial": None,  # the server reads a long text itself, scheduling it among its other requests
             "sampling": sampling.as_dict(),
             "branch_mode": request.branch_mode,
             "seed": request.seed,
-            "distribution": distribution,
-            "forced": forced_entry(list(context.forced), context.healed, context.tokenizer),
-            "branches": branch_entries([[*context.forced, *seq] for seq in sequences], stops, firsts, context.healed,
-                                       context.tokenizer, request.stop, fits),
+            "distribution": distribution[: max(DISTRIBUTION_ROWS, shown)],
+            "forced": forced_entry(list(context.forced[: len(context.forced) - len(request.lead)]), context.healed,
+                                   context.tokenizer),
+            "lead": lead_entry(list(context.forced), request.lead, lead_probs, context.healed, context.tokenizer),
+            "branches": [{**branch, "fit": None if branch["ends"] or branch["stop"] or fits is None else fit}
+                         for branch, fit in zip(branches[:shown], fits or [None] * shown)],
         }
 
     def distribution(self, request: DistributionRequest) -> list[dict]:
