@@ -43,12 +43,12 @@ from ui.panels.compare import ComparePanel
 from ui.panels.constrain import ConstrainPanel
 from ui.panels.continuation import ContinuationPanel
 from ui.panels.heatmap import HeatmapPanel
-from ui.panels.history import HistoryPanel
+from ui.panels.history import HistoryPanel, KeptSettings
 from ui.panels.sampling import SamplingPanel
 from ui.panels.suggestions import PREPARATION, SuggestionsPanel
 from ui.panels.why import WhyPanel
 from ui.panels.writer import WriterPanel
-from ui.scripts import BRANCH_WHY_JS, CSS, FOLD_ON_PHONE_JS, KEEP_SETTINGS_JS, KEYBOARD_JS
+from ui.scripts import BRANCH_WHY_JS, CSS, FOLD_ON_PHONE_JS, KEYBOARD_JS
 from ui.server_limits import server_limits
 from ui.wiring import Wiring, session_key
 
@@ -120,7 +120,15 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
         second.follow(suggestions)
         compare.wire(wiring, model, second)
         writer.wire(wiring, refresh)
-        history.wire(wiring, demo, refresh, kept=["heatmap_on", "chat_mode", "chat_panel"])
+        # Every setting on the page comes back after a reload as it was (chat mode with the tree it belongs to).
+        kept = KeptSettings({
+            "heatmap_on": heatmap.on, "chat_mode": chat.mode, "model": model, "compare_with": compare.other,
+            "preset": sampling.preset, **sampling.sliders, "branch_mode": sampling.branch_mode, "seed": sampling.seed,
+            "n_branches": sampling.n_branches, "depth": sampling.depth, "by_fit": sampling.by_fit,
+            "continue_tokens": continuation.n_tokens, "lossless": continuation.lossless, "stops": continuation.stops,
+            "colour_by": heatmap.mode, "threshold": heatmap.threshold, "why_method": why.method,
+        })
+        history.wire(wiring, demo, refresh, kept, restored=[compare.shown])
         chat.wire(wiring, refresh)
         continuation.wire(wiring, writer.draft, context, constraints, refresh)
         heatmap.wire(wiring, context, refresh)
@@ -128,8 +136,6 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
         sampling.wire(wiring, refresh)
         constrain.wire(wiring, refresh)
         model.input(**refresh)
-        # The heatmap switch and chat mode are kept with the tree in this browser (history.restore reads them).
-        gr.on([heatmap.on.change, chat.mode.change], None, [heatmap.on, chat.mode], None, js=KEEP_SETTINGS_JS)
         demo.load(None, None, None, js=FOLD_ON_PHONE_JS)
         demo.load(handled(server_limits), None,
                   [heatmap.on, why.method, constrain.constrain, constrain.status, limits], queue=False,

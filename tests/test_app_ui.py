@@ -1,5 +1,6 @@
 """The UI's own logic, without a browser."""
 
+import json
 import re
 from types import SimpleNamespace
 
@@ -13,7 +14,7 @@ from ui.controls import Draft
 from ui.errors import handled
 from ui.insertion import caret_in, joined
 from ui.panels.chat import send_reply, send_user_message, switch_mode
-from ui.panels.history import import_history, move, restore
+from ui.panels.history import KeptSettings, import_history, move, restore
 from ui.panels.sampling import apply_preset, matching_preset
 from ui.panels.suggestions import (
     Suggestions,
@@ -262,26 +263,54 @@ def test_the_constrain_panel_builds_the_apis_constraint_and_stop_strings():
         constraint_from("regex", "  ", "plain text", 0, "abc")
 
 
+KEPT = KeptSettings({"heatmap_on": gr.Checkbox(False), "chat_mode": gr.Radio(["plain text", "chat"]),
+                     "temperature": gr.Slider(0.05, 2, value=1), "stops": gr.Textbox()})
+
+
+def kept_values(update: dict) -> list:
+    """The values a restore sets the kept settings to (None: left as they are)."""
+    return [setting.get("value") for setting in update["kept_settings"]]
+
+
 def test_a_stored_tree_is_restored_and_an_unreadable_one_ignored():
     saved = History.start("from last visit", "m")
     saved.add("from last visit, more", "append")
     fresh = History.start("default", "m")
-    text, conversation, restored = at(restore(saved.to_json(), None, fresh), "text_box", "conversation_state",
-                                      "history_state")
+    text, conversation, restored = at(restore(saved.to_json(), None, None, fresh, KEPT), "text_box",
+                                      "conversation_state", "history_state")
     assert text == "from last visit, more" and restored == saved
-    unchanged = {"history_state": fresh}
-    assert restore('{"format": "something else"}', None, fresh) == unchanged, "the box is left as it is"
-    assert restore(None, None, fresh) == unchanged
+    for unreadable in ('{"format": "something else"}', None):
+        unchanged = restore(unreadable, None, None, fresh, KEPT)
+        assert "text_box" not in unchanged and unchanged["history_state"] is fresh, "the box is left as it is"
 
 
-def test_a_reload_keeps_the_heatmap_switch_and_chat_mode():
+def test_a_reload_keeps_every_setting_and_chat_mode_with_its_tree():
     saved = History.start("", "m")
     send_user_message("", "What is 2+2?", [], saved)
-    kept = restore(saved.to_json(), '{"heatmap_on": true, "chat_mode": "chat"}', History.start("default", "m"))
-    assert kept["heatmap_on"] is True and kept["chat_mode"] == "chat" and kept["chat_panel"]["visible"]
+    settings = '{"heatmap_on": true, "chat_mode": "chat", "temperature": 0.7, "stops": "."}'
+    kept = restore(saved.to_json(), settings, None, History.start("default", "m"), KEPT)
+    assert kept_values(kept) == [True, "chat", 0.7, "."] and kept["chat_panel"]["visible"]
     assert kept["conversation_state"] == [{"role": "user", "content": "What is 2+2?"}]
-    assert restore(saved.to_json(), "not json", History.start("default", "m")).get("heatmap_on") is None
+    assert kept_values(restore(saved.to_json(), "not json", None, History.start("default", "m"), KEPT)) == [None] * 4
+    wrong = '{"heatmap_on": "yes", "chat_mode": "poetry", "temperature": 7, "stops": 3}'  # another page's values
+    assert kept_values(restore(saved.to_json(), wrong, None, History.start("default", "m"), KEPT)) == [None] * 4
+    alone = restore(None, settings, None, History.start("default", "m"), KEPT)
+    assert kept_values(alone) == [True, None, 0.7, "."], "chat mode comes back only with its conversation"
 
+
+def test_a_reload_keeps_the_text_typed_last_where_the_tree_does_not_hold_it_yet():
+    saved = History.start("The keeper", "m")
+    typed_at = saved.current
+    draft = lambda text, node=typed_at: json.dumps({"text": text, "node": node})  # noqa: E731
+    page = restore(saved.to_json(), None, draft("The keeper lit"), History.start("default", "m"), KEPT)
+    assert page["text_box"] == "The keeper lit" and page["text_base"] == f"~{typed_at}", "the writer's: recorded next"
+    saved.add("The keeper l", "type")  # the session recorded an earlier keystroke
+    assert restore(saved.to_json(), None, draft("The keeper lit"), History.start("d", "m"), KEPT)["text_box"] == \
+        "The keeper lit"
+    saved.add("The keeper lit the lamp", "branch")  # then a branch was taken: the tree moved on
+    assert restore(saved.to_json(), None, draft("The keeper lit"), History.start("d", "m"), KEPT)["text_box"] == \
+        "The keeper lit the lamp"
+    assert restore(saved.to_json(), None, "not json", History.start("d", "m"), KEPT)["text_box"] == saved.text
 
 
 def test_chat_turns_are_recorded_in_the_history_and_come_back_with_its_nodes():

@@ -245,3 +245,29 @@ def test_a_long_text_keeps_the_caret_line_and_the_branches_in_view_together(page
     expect(page.locator("#status")).to_contain_text("At the caret")
     assert_caret_line_and_branches_in_view(page, "a branch taken there")
     page.screenshot(path=SCREENSHOT.with_name(f"long-text-{page.viewport_name}.png"))
+
+
+def test_a_reload_a_moment_after_the_last_key_keeps_the_text_its_history_and_every_setting(page):
+    type_text(page, DRAFT)
+    expect_suggestions_for(page, DRAFT)
+    if "open" not in (page.locator("#sampling-panel > .label-wrap").get_attribute("class") or ""):
+        page.locator("#sampling-panel > .label-wrap").click()  # folded on a phone
+    page.locator("#preset label").filter(has_text="creative").click()
+    expect(page.locator("#branch-mode input[value=sample]")).to_be_checked()
+    page.get_by_label("Lookahead decoding (same text, fewer passes)").uncheck()
+    page.get_by_label("Tokens to continue").fill("32")
+    page.get_by_label("Tokens to continue").blur()
+    expect(page.locator("body.suggestions-stale")).to_have_count(0)
+    box = page.locator("#text textarea")
+    box.press("End")
+    box.press_sequentially(" the sea")
+    page.wait_for_timeout(200)  # the writer reloads a moment after the last key, as they would
+    page.reload()
+    expect(box).to_have_value(DRAFT + " the sea")
+    expect(page.locator("#preset input[value=creative]")).to_be_checked()
+    expect(page.locator("#branch-mode input[value=sample]")).to_be_checked()
+    expect(page.get_by_label("Lookahead decoding (same text, fewer passes)")).not_to_be_checked()
+    expect(page.get_by_label("Tokens to continue")).to_have_value("32")
+    expect(page.locator("#status")).to_contain_text("branches sample")
+    tree = wait_for_stored_text(page, DRAFT + " the sea")
+    assert tree.nodes[tree.current].kind == "type" and tree.text == DRAFT + " the sea"

@@ -42,6 +42,13 @@ CSS = static("page.css")
 HISTORY_SYNC_JS = static("history_sync.js")
 READ_STORED_JS = f"({HISTORY_SYNC_JS}).read"
 SAVE_HISTORY_JS = f"({HISTORY_SYNC_JS}).save"
-KEEP_SETTINGS_JS = f"({HISTORY_SYNC_JS}).keep"
+
+
+def keep_settings_js(names: list[str]) -> str:
+    """An event's js= that stores the values of the settings `names` (its inputs, in order) in this browser."""
+    return f"(...values) => ({HISTORY_SYNC_JS}).keep({json.dumps(names)}, values)"
+
+
+
 # The localStorage key of that copy, as the script spells it (the browser tests read the copy by it).
 STORAGE_KEY: str = json.loads(re.search(r"const STORAGE_KEY = (\"[^\"]+\")", HISTORY_SYNC_JS).group(1))

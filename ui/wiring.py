@@ -58,6 +58,7 @@ class Update(TypedDict, total=False):
     tree: str
     history_sync: str
     history_json: str
+    kept_settings: list[dict]  # a gr.update per setting a reload keeps (ui/panels/history.py's KeptSettings)
     # chat (ui/panels/chat.py)
     chat_mode: str
     chat_panel: dict

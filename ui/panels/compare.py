@@ -38,6 +38,7 @@ class ComparePanel:
         """Show or hide the second panel as a model is chosen, then refresh it."""
         wiring = wiring.adding(beside=[second.column, second.plot_column], headings=[wiring.slots["heading"],
                                                                                      second.heading])
-        shown = wiring.handler(compare_with, dict(model_name=model, other=self.other), ["beside", "headings"])
-        self.other.input(**shown).then(**second.refresh)
-        model.input(**shown)
+        # Also what follows a reload's restoring of the choice (app.py).
+        self.shown = wiring.handler(compare_with, dict(model_name=model, other=self.other), ["beside", "headings"])
+        self.other.input(**self.shown).then(**second.refresh)
+        model.input(**self.shown)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import gradio as gr
+from gradio.components import Component
 
 import custom_llm_inference as cli
 from history import History
@@ -18,7 +19,15 @@ from ui.chat import TEXT_LABELS
 from ui.errors import refuse
 from ui.insertion import caret_out
 from ui.render import tree_view
-from ui.scripts import DOWNLOAD_JS, IMPORT_HTML, IMPORT_JS, READ_STORED_JS, SAVE_HISTORY_JS, SELECT_NODE_JS
+from ui.scripts import (
+    DOWNLOAD_JS,
+    IMPORT_HTML,
+    IMPORT_JS,
+    READ_STORED_JS,
+    SAVE_HISTORY_JS,
+    SELECT_NODE_JS,
+    keep_settings_js,
+)
 from ui.wiring import Update, Wiring
 
 DEFAULT_TEXT = "The old lighthouse keeper climbed the stairs and"
@@ -88,9 +97,61 @@ def import_history(history: History, event: gr.EventData) -> Update:
     return at_node(imported)
 
 
-def restore(stored: str | None, settings: str | None, history: History) -> Update:
-    """The tree this browser kept (READ_STORED_JS reads it), if it has a readable one, and the settings kept with
-    it: the heatmap switch, and chat mode (whose conversation the tree holds).
+class KeptSettings:
+    """The page's settings that a reload keeps, by name: this browser stores each one's value as it changes
+    (history_sync.js), and `restore` sets back those still valid. The heatmap switch and chat mode are among
+    them, restored with the tree (chat mode's conversation is the tree's)."""
+
+    def __init__(self, components: dict[str, Component]) -> None:
+        self.components = components
+
+    def wire(self) -> None:
+        inputs = list(self.components.values())
+        gr.on([component.change for component in inputs], None, inputs, None,
+              js=keep_settings_js(list(self.components)))
+
+    def restored(self, kept: dict) -> list[dict]:
+        """A gr.update per setting: its kept value where it has a valid one, else as it is."""
+        return [gr.update(value=kept[name]) if name in kept and _acceptable(component, kept[name]) else gr.update()
+                for name, component in self.components.items()]
+
+
+def _acceptable(component: Component, value: object) -> bool:
+    """Whether `value` is one `component` takes: one of its choices, a number within its range, a bool for a
+    checkbox, text for a text box (a setting kept by another version of the page may be none of them)."""
+    choices = getattr(component, "choices", None)
+    if choices:
+        return value in [choice[1] if isinstance(choice, tuple) else choice for choice in choices]
+    if isinstance(component, gr.Checkbox):
+        return isinstance(value, bool)
+    if isinstance(component, (gr.Slider, gr.Number)):
+        low, high = getattr(component, "minimum", None), getattr(component, "maximum", None)
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and (low is None or value >= low) and (high is None or value <= high))
+    return isinstance(value, str)
+
+
+def newer_draft(draft: str | None, history: History) -> str | None:
+    """The text the writer last typed in this browser (keyboard.js keeps it at every edit), where the tree does not
+    hold it yet: typed after the tree's current node, or after a node that only the writer's typing has followed
+    since (the session recorded an earlier keystroke). None where the tree moved on otherwise (an undo, a branch)."""
+    try:
+        kept = json.loads(draft) if draft else {}
+    except ValueError:
+        return None
+    text, node = kept.get("text"), kept.get("node")
+    if not isinstance(text, str) or text == history.text or not isinstance(node, int) or node >= len(history.nodes):
+        return None
+    since = [history.nodes[n] for n in history.path() if n > node]
+    if node not in history.path() or not all(step.kind == "type" for step in since):
+        return None
+    return text
+
+
+def restore(stored: str | None, settings: str | None, draft: str | None, history: History,
+            kept_settings: KeptSettings) -> Update:
+    """The tree this browser kept (READ_STORED_JS reads it), if it has a readable one, with the text typed last
+    where the tree does not hold it yet, and the settings kept with it (`kept_settings`).
 
     Without a tree the box is left as it is: the writer may have started typing before the page
     finished loading (under load, this event can wait in the queue for seconds).
@@ -103,13 +164,19 @@ def restore(stored: str | None, settings: str | None, history: History) -> Updat
         kept = json.loads(settings) if settings else {}
     except ValueError:
         kept = {}
-    page = at_node(restored) if restored else {"history_state": history}
-    if kept.get("heatmap_on") is True:
-        page["heatmap_on"] = True
+    kept = kept if isinstance(kept, dict) else {}
+    if not restored:
+        kept.pop("chat_mode", None)  # its conversation is the tree's
+    page: Update = {"history_state": history, "kept_settings": kept_settings.restored(kept)}
+    if restored:
+        page |= at_node(restored)
+        typed = newer_draft(draft, restored)
+        if typed is not None:
+            page |= {"text_box": typed, "text_base": f"~{restored.current}"}  # the writer's: the refresh records it
     if kept.get("chat_mode") in CHAT_MODES and restored:
         mode = kept["chat_mode"]
-        page |= {"chat_mode": mode, "chat_panel": gr.update(visible=mode == "chat"),
-                 "text_box": gr.update(value=restored.text, label=TEXT_LABELS[mode])}
+        page |= {"chat_panel": gr.update(visible=mode == "chat"),
+                 "text_box": gr.update(value=page["text_box"], label=TEXT_LABELS[mode])}
     return page
 
 
@@ -122,6 +189,7 @@ class HistoryPanel:
         # Each update sends this browser's copy what changed (history.changes); SAVE_HISTORY_JS keeps it.
         self.sync = gr.Textbox(visible="hidden", elem_id="history-sync")
         self.settings_sync = gr.Textbox(visible="hidden", elem_id="settings-sync")  # the kept settings, to restore
+        self.draft_sync = gr.Textbox(visible="hidden", elem_id="draft-sync")  # the text typed last, to restore
 
     def build_buttons(self) -> None:
         self.resync = gr.Button(elem_id="history-resync")  # hidden: pressed by SAVE_HISTORY_JS
@@ -140,9 +208,11 @@ class HistoryPanel:
         return {"history_state": self.state, "tree": self.tree, "history_sync": self.sync,
                 "history_json": self.json}
 
-    def wire(self, wiring: Wiring, demo: gr.Blocks, refresh: dict, kept: dict) -> None:
+    def wire(self, wiring: Wiring, demo: gr.Blocks, refresh: dict, kept: KeptSettings,
+             restored: list[dict] = ()) -> None:
         """Undo, redo, a line of the tree, clear, export, import, and the browser's copy; `kept`: the settings kept
-        with the tree (slot name -> component, read by `restore`)."""
+        with the tree; `restored`: events that follow their restoring (the controls they show), before the
+        refresh."""
         history = dict(history=self.state)
         self.sync.change(None, self.sync, None, js=SAVE_HISTORY_JS)
         self.resync.click(**wiring.handler(resend_history, history, ["history_sync"]))
@@ -153,6 +223,14 @@ class HistoryPanel:
         self.export.click(**wiring.handler(export_history, history, ["history_json"])).then(
             None, self.json, None, js=DOWNLOAD_JS)
         self.importer.upload(**wiring.handler(import_history, history, AT_NODE)).success(**refresh)
-        demo.load(js=READ_STORED_JS, **wiring.handler(
-            restore, dict(stored=self.sync, settings=self.settings_sync, **history), [*AT_NODE, *kept],
-        )).then(**refresh)
+        kept.wire()
+        wiring = wiring.adding(kept_settings=list(kept.components.values()))
+        def restore_page(stored: str | None, settings: str | None, draft: str | None, history: History) -> Update:
+            return restore(stored, settings, draft, history, kept)
+
+        restoring = demo.load(js=READ_STORED_JS, **wiring.handler(
+            restore_page, dict(stored=self.sync, settings=self.settings_sync, draft=self.draft_sync, **history),
+            [*AT_NODE, "chat_panel", "kept_settings"]))
+        for event in restored:
+            restoring = restoring.then(**event)
+        restoring.then(**refresh)

@@ -50,6 +50,7 @@ function caretMoved() {
 const inText = (e) => e.target.closest && e.target.closest("#text");
 document.addEventListener("input", (e) => {
   if (inText(e)) {
+    window.keepDraft?.(e.target.value);  // history_sync.js: kept in this browser at once, for a reload
     writerEdited();
     syncCaret();
     setTimeout(() => document.getElementById("text-edited")?.click(), 0);
