@@ -99,8 +99,16 @@ def check_constraint(spec: object, text: str) -> Constraint | None:
     constraint = Constraint(kind, value, start)
     error = llguidance.LLMatcher.validate_grammar(constraint.body())
     if error:
-        raise ValueError(f"the {kind} constraint does not compile: {error.strip().splitlines()[0]}")
+        raise ValueError(f"the {kind} constraint does not compile: {compile_error(error)}")
     return constraint
+
+
+def compile_error(error: str, limit: int = 300) -> str:
+    """llguidance's error as one line: its first line alone can be a bare heading ("regex parse error:") whose
+    detail (the pattern, a caret under the fault, what is wrong) follows on the next lines."""
+    lines = [" ".join(line.split()) for line in error.strip().splitlines()]
+    text = " ".join(line for line in lines if line and set(line) != {"^"})
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 @functools.lru_cache(maxsize=8)
@@ -116,7 +124,7 @@ def _compile(tokenizer: llguidance.LLTokenizer, body: str, written: str) -> llgu
     head = f"start: {json.dumps(written)} @constrained" if written else "start: @constrained"
     matcher = llguidance.LLMatcher(tokenizer, json.dumps({"grammars": [{"lark_grammar": head}, inner]}), log_level=0)
     if matcher.is_error():
-        raise ValueError(f"the constraint does not compile: {matcher.get_error().strip().splitlines()[0]}")
+        raise ValueError(f"the constraint does not compile: {compile_error(matcher.get_error())}")
     return matcher
 
 

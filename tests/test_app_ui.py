@@ -482,7 +482,7 @@ def test_a_comparison_colours_each_token_by_where_the_models_part_and_lists_wher
     assert merged["tokens"][1]["compared"]["log2_ratio"] == pytest.approx(2.0)
     assert [p["text"] for p in partings(merged["places"], PARTING)] == [" cat", " sat"]
     view = heatmap_view(text, merged, PARTING, 10)
-    assert "Where m and other part most" in view and "m would write &#x27;␣dog&#x27;" in view
+    assert "Where A (m) and B (other) part most" in view and "A would write &#x27;␣dog&#x27;" in view
     assert "data-b=" in view and "0.600" in view
 
 
@@ -519,6 +519,8 @@ def test_a_second_models_panel_asks_nothing_while_none_is_chosen_or_for_what_it_
     assert compare_with("m", "")["beside"] == [gr.update(visible=False)] * 2
     shown_both = compare_with("m", "other")
     assert shown_both["beside"] == [gr.update(visible=True)] * 2 and shown_both["headings"][1].endswith("other")
+    with pytest.raises(gr.Error, match="already come from"):
+        compare_with("m", "m")
 
 
 def test_a_page_event_whose_work_its_session_cancelled_changes_nothing_and_says_nothing():
@@ -540,3 +542,21 @@ def test_a_page_event_whose_work_its_session_cancelled_changes_nothing_and_says_
         handled(stopped)()
     with pytest.raises(gr.Error, match="the read was cancelled"):
         list(handled(streamed)())
+
+
+def test_a_constraint_that_does_not_compile_is_not_set_and_the_message_says_why_in_full():
+    from ui.panels.constrain import constrain
+
+    with pytest.raises(gr.Error, match=r"Not constrained: .*does not compile: .*unclosed character class"):
+        constrain("regex", "[0-9", "plain text", 0, "abc")
+    assert constrain("regex", "[0-9]+", "plain text", 0, "abc")["constraint_state"]["value"] == "[0-9]+"
+
+
+def test_continue_refuses_more_tokens_than_the_page_offers():
+    from ui.controls import Constraints, Context
+    from ui.panels.continuation import MAX_PAGE_TOKENS, continue_text
+
+    context = Context("plain text", None, None, "m")
+    with pytest.raises(gr.Error, match=f"1 to {MAX_PAGE_TOKENS}"):
+        next(continue_text(Draft("The cat", "", "0"), 1000, True, History.start("The cat", "m"), context,
+                           Constraints(None, None), None))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from lookahead.constraints import check_constraint
 from ui.errors import refuse
 
 TYPES = ("choice", "regex", "json_schema", "grammar")
@@ -45,10 +46,13 @@ def constraint_from(kind: str, value: str, chat_mode: str, caret: float | None, 
     if not (value or "").strip():
         raise refuse("Write the constraint's value first (or pick a preset).")
     start = 0 if chat_mode == "chat" else min(max(0, int(caret or 0)), len(text))
-    if kind == "choice":
-        options = [line for line in value.split("\n") if line]
-        return {"type": kind, "value": options, "start": start}
-    return {"type": kind, "value": value, "start": start}
+    options = [line for line in value.split("\n") if line] if kind == "choice" else value
+    constraint = {"type": kind, "value": options, "start": start}
+    try:  # one that does not compile is not set: the one in force (if any) stays, and the panel says so
+        check_constraint(constraint, text)
+    except ValueError as error:
+        raise refuse(f"Not constrained: {error}.") from None
+    return constraint
 
 
 def in_force(constraint: dict | None, text: str) -> dict | None:

@@ -252,17 +252,18 @@ def partings_view(result: dict, mode: str) -> str:
     per token, what each would have written instead."""
     a, b = (short_name(name) for name in result["models"])
     rows = []
-    for unit in partings(result["places"], mode):
-        probs = " · ".join(f"{name}: {'—' if p is None else percent(p)}" for name, p in zip((a, b), unit["probs"]))
+    for unit in partings(result["places"], mode):  # each row names the models by letter, the heading in full
+        probs = " · ".join(f"{name}: {'—' if p is None else percent(p)}" for name, p in zip("AB", unit["probs"]))
         tops = ("" if not unit.get("top") else
-                f" — {html.escape(a)} would write {html.escape(repr(visible(unit['top'][0])))}, "
-                f"{html.escape(b)} {html.escape(repr(visible(unit['top'][1])))}")
+                f" — A would write {html.escape(repr(visible(unit['top'][0])))}, "
+                f"B {html.escape(repr(visible(unit['top'][1])))}")
         js = "" if unit.get("js") is None else f" · {unit['js']:.3f} bits apart"
         rows.append(f'<div style="margin:2px 0"><b>{html.escape(visible(unit["text"]))}</b> ({html.escape(probs)})'
                     f"{tops}{js}</div>")
     per = " (per word: their tokenizers differ)" if result["per"] == "word" else ""
-    heading = (f"<b>Where {html.escape(a)} and {html.escape(b)} part most</b>{per}" if mode == PARTING else
-               f"<b>Where one of {html.escape(a)} and {html.escape(b)} expects your text far more</b>{per}")
+    models = f"A ({html.escape(a)}) and B ({html.escape(b)})"
+    heading = (f"<b>Where {models} part most</b>{per}" if mode == PARTING else
+               f"<b>Where one of {models} expects your text far more</b>{per}")
     body = "".join(rows) or '<div style="color:var(--body-text-color-subdued)">Nowhere yet.</div>'
     return heading + body
 
@@ -306,15 +307,19 @@ def _unit_at(units: list[dict], tokens: list[dict]) -> list[int | None]:
     return found
 
 
+REWIND_HINT = "A click on its choice writes it there in place of yours and drops the text after it"
+
+
 def disagreements_view(tokens: list[dict], threshold: float) -> str:
     rows = []
     for gap, i in disagreements(tokens, threshold):
         token, top = tokens[i], tokens[i]["alternatives"][0]
         rows.append(
             f'<div style="margin:2px 0">{html.escape(visible(token["token"]))} ({percent(token["prob"])}) — the model '
-            f'preferred <button class="alt" data-index="{i}" data-token-id="{top["token_id"]}">'
+            f'preferred <button class="alt" data-index="{i}" data-token-id="{top["token_id"]}" title="{REWIND_HINT}">'
             f'{html.escape(visible(top["token"]))} {percent(top["prob"])}</button> ({times(gap)} likelier)</div>'
         )
-    heading = f"<b>Where the model disagreed</b> (its choice at least {threshold:g}× likelier than yours)"
+    heading = (f"<b>Where the model disagreed</b> (its choice at least {threshold:g}× likelier than yours; "
+               f"{REWIND_HINT[0].lower()}{REWIND_HINT[1:]}, as a new branch of the history)")
     body = "".join(rows) or '<div style="color:var(--body-text-color-subdued)">Nowhere, at this threshold.</div>'
     return heading + body

@@ -171,9 +171,10 @@ class InProcess:
         Before each step, what it does, for the page and the terminal: a first start converts the embedded model
         and measures this CPU."""
         name = default_model_name()
-        if not converted(name):
+        first = not converted(name)
+        if first:
             yield "Preparing the embedded model (once, about a minute)…"
-        yield "Loading the model (a first start also measures this CPU, once)…"
+        yield "Loading the model and measuring this CPU (once)…" if first else "Loading the model…"
         model, _ = load_model(name)
         if not on_zero_gpu() and reading.FIRST_ANSWER_SECONDS > 0:
             yield "Timing how much of a long text this CPU reads in a second (once a start)…"

@@ -20,6 +20,7 @@ from ui.wiring import Update, Wiring, session_key
 
 SOURCE_LABELS = {"ngram": "n-gram draft", "recycled": "recycled prediction", "step": "plain step"}
 SOURCE_COLORS = {"n-gram draft": "#34d399", "recycled prediction": "#fbbf24", "plain step": "#e5e7eb"}
+MAX_PAGE_TOKENS = 256  # a Continue from the page (the API takes up to MAX_NEW_TOKENS)
 # What the page does once a Continue's event has ended, however it ended: the keystrokes held meanwhile go in.
 CONTINUE_ENDED_JS = "() => window.continueEnded?.()"
 
@@ -74,8 +75,8 @@ def continue_text(
         at = None
     if awaiting_user(context.chat_mode, text, context.conversation) or (not text and messages is None):
         raise refuse("Write the user's message first." if messages is not None else "Type something to continue.")
-    if n_tokens is None:
-        raise refuse("Say how many tokens to continue by.")
+    if n_tokens is None or not 1 <= n_tokens <= MAX_PAGE_TOKENS:
+        raise refuse(f"Say how many tokens to continue by: 1 to {MAX_PAGE_TOKENS}.")
     result = None
     method = "lookahead" if lossless else "greedy"
     where = Place(text, at)
@@ -120,7 +121,8 @@ def continue_text(
 class ContinuationPanel:
     def build(self) -> None:
         with gr.Row():
-            self.n_tokens = gr.Number(64, minimum=1, maximum=256, step=1, precision=0, label="Tokens to continue")
+            self.n_tokens = gr.Number(64, minimum=1, maximum=MAX_PAGE_TOKENS, step=1, precision=0,
+                                      label="Tokens to continue")
             self.lossless = gr.Checkbox(True, label="Lookahead decoding (same text, fewer passes)")
             self.stops = gr.Textbox(label="Stop at (one per line; \\n is a newline)", lines=1, max_lines=4,
                                     elem_id="stops", placeholder="e.g. .")

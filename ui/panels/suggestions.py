@@ -115,6 +115,9 @@ def status_line(result: dict, ms: float, constraint: dict | None, caret: int | N
         line += f" · constrained ({constraint['type']})"
     if result["notice"] and not partial:
         line += f" · ⚠️ {result['notice']}"
+    elif partial and result["truncated_tokens"]:
+        line += (f" · ⚠️ The text is longer than the model's context: its first {result['truncated_tokens']:,} "
+                 "tokens are left out")
     return line
 
 
