@@ -284,8 +284,10 @@ class CompletionsBackend:
             return self._lookahead(replace(request, lead=(*request.lead, lead["token_id"])),
                                    (*lead_probs, lead["prob"]), shown)
         firsts = distribution[:n_branches]  # the branches start from the best tokens by p_final
-        if valid is not None:
-            firsts = [f for f in firsts if f["valid"]] or [self._constrained_first(context, sampling)]
+        if valid is not None:  # the best valid ones, those past the server's top log-probabilities as it ranks them
+            firsts = [f for f in firsts if f["valid"]]
+            while len(firsts) < n_branches and (first := self._constrained_first(context, sampling, firsts)):
+                firsts.append(first)
         if context.guide is None:
             sequences = self._continue_branches(context, [f["token_id"] for f in firsts], request)
         else:
@@ -470,10 +472,16 @@ class CompletionsBackend:
         return NextTokens(self.server.top_logprobs(choice), self.server.cached_tokens(answer),
                           self.server.ceiling(choice))
 
-    def _constrained_first(self, context: Context, sampling: Sampling) -> dict:
-        """The best valid token when none came back among the top log-probabilities (as the server chooses it)."""
+    def _constrained_first(self, context: Context, sampling: Sampling, taken: list[dict]) -> dict | None:
+        """The best valid token but those `taken`, where it did not come back among the top log-probabilities (as the
+        server chooses it); None where the constraint allows no other."""
+        allowed = context.guide.valid() if context.allowed is None else context.guide.valid() & context.allowed
+        allowed = allowed.clone()
+        allowed[[first["token_id"] for first in taken]] = False
+        if not allowed.any():
+            return None
         token = next(self._constrained_tokens(context.model, context.ids, context.guide.fork(), set(), 1,
-                                              context.session, sampling, first_allowed=context.allowed))
+                                              context.session, sampling, first_allowed=allowed))
         return {"token_id": token, "token": context.tokenizer.decode([token]), "prob": 0.0, "logprob": float("-inf"),
                 "p_final": 1.0, "kept": True, "valid": True}
 
