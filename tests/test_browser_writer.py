@@ -271,3 +271,18 @@ def test_a_reload_a_moment_after_the_last_key_keeps_the_text_its_history_and_eve
     expect(page.locator("#status")).to_contain_text("branches sample")
     tree = wait_for_stored_text(page, DRAFT + " the sea")
     assert tree.nodes[tree.current].kind == "type" and tree.text == DRAFT + " the sea"
+
+
+def test_a_branch_taken_while_continue_writes_stops_it_then_goes_in_after_what_it_wrote(page):
+    _continue_by_many_tokens(page, DRAFT)
+    watch_page(page)
+    page.keyboard.press("Alt+1")
+    expect(page.locator("#continuation-status")).to_contain_text("stopped by you")
+    tree = wait_for(lambda: (kept := stored_tree(page)).nodes[kept.current].kind == "branch" and kept)
+    path = [tree.nodes[node] for node in tree.path()]
+    assert [node.kind for node in path[-2:]] == ["continue", "branch"]
+    written = path[-2].text
+    _written_by_continue(DRAFT, written)
+    assert tree.text == written + branch(written, 0), "the branch the writer took, for the text Continue left"
+    expect(page.locator("#text textarea")).to_have_value(tree.text)
+    assert_never_covered_nor_refused(samples(page))

@@ -58,11 +58,24 @@ document.addEventListener("input", (e) => {
 });
 // While Continue writes, the text box is the model's: an edit there would be overwritten by its next token. So
 // the writer's first keystroke presses Stop, and their edits are held (not lost) until the continuation's last
-// token is in and the caret after it, then go in there as typed (each fires the input event above).
+// token is in and the caret after it, then go in there as typed (each fires the input event above). A click that
+// acts on the text (a branch, a plot token, Alt+1…9, chat mode, undo…) is held the same way, then made in turn:
+// the writer who acts before Continue is done is neither refused nor lost.
+const HELD_CLICKS = ".branch-btn, .distribution [data-token-id], #chat-mode label, #undo, #redo, #clear, #append, " +
+  "#refresh, #constrain, #unconstrain";
 let continuing = false;
 const held = [];
+const hold = (action) => {
+  if (!held.length) document.getElementById("continue-stop")?.click();
+  held.push(action);
+};
 document.addEventListener("click", (e) => {
-  if (e.target.closest && e.target.closest("#continue")) {
+  const target = e.target.closest && e.target.closest(HELD_CLICKS);
+  if (continuing && target && !target.closest(".why")) {
+    e.preventDefault();
+    e.stopImmediatePropagation();
+    hold({ click: target });
+  } else if (e.target.closest && e.target.closest("#continue")) {
     continuing = true;
     document.body.classList.add("continuing");
   }
@@ -70,8 +83,7 @@ document.addEventListener("click", (e) => {
 document.addEventListener("beforeinput", (e) => {
   if (!continuing || !inText(e)) return;
   e.preventDefault();
-  if (!held.length) document.getElementById("continue-stop")?.click();
-  held.push({ type: e.inputType, text: e.data ?? e.dataTransfer?.getData("text/plain") ?? "" });
+  hold({ type: e.inputType, text: e.data ?? e.dataTransfer?.getData("text/plain") ?? "" });
 }, true);
 const LINE_BREAKS = new Set(["insertLineBreak", "insertParagraph"]);
 function replayHeld() {
@@ -81,12 +93,15 @@ function replayHeld() {
   }
   const box = document.querySelector("#text textarea");
   if (!box || !held.length) return;
-  box.focus();
-  for (const edit of held.splice(0)) {
-    if (edit.type.startsWith("delete")) {
-      document.execCommand(edit.type.includes("Forward") ? "forwardDelete" : "delete");
+  for (const action of held.splice(0)) {
+    if (action.click) {
+      action.click.click();
+    } else if (action.type.startsWith("delete")) {
+      box.focus();
+      document.execCommand(action.type.includes("Forward") ? "forwardDelete" : "delete");
     } else {
-      document.execCommand("insertText", false, LINE_BREAKS.has(edit.type) ? "\n" : edit.text);
+      box.focus();
+      document.execCommand("insertText", false, LINE_BREAKS.has(action.type) ? "\n" : action.text);
     }
   }
 }
