@@ -26,8 +26,8 @@ WINDOW_STEP = 0.25  # past the context, the window's start moves by this share o
 DISTRIBUTION_ROWS = 10  # a lookahead's distribution lists at least this many tokens: the page plots them
 REFUSED_ROWS = 3  # under a constraint it then lists the likeliest tokens the constraint refuses
 # A next token this likely (before and after the sampling settings) is no choice: the writer's own whitespace
-# completed (a paragraph break's "\n\n" at 99.6%), a word's forced rest. The branches fork after it, up to
-# MAX_LEAD_TOKENS of them: five ways on from the paragraph break instead of one, and four runs of spaces.
+# completed (a paragraph break's "\n\n", ~99%), a word's forced rest. The branches fork after it (after up to
+# MAX_LEAD_TOKENS such tokens): after a paragraph break, five first words instead of one and four runs of spaces.
 LEAD_PROB = 0.95
 MAX_LEAD_TOKENS = 4
 # Where branches wrote the same text (one text, several tokenizations) and were made one, more candidates are
