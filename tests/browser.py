@@ -106,7 +106,7 @@ def caret_line(page) -> dict:
 
 
 # Samples the page every 50 ms while updates run (watch_page, then samples): what the writer sees of their text, and
-# whether anything covers or greys it, the branches or the plot, and any error toast.
+# whether anything covers or greys it, the branches or the plot, any error toast, and the status line's words.
 WATCH_JS = """() => {
   window.pageSamples = [];
   const covering = (id) => [...document.querySelectorAll(`#${id} [data-testid=status-tracker]`)]
@@ -115,6 +115,7 @@ WATCH_JS = """() => {
     text: document.querySelector("#text textarea").value,
     covered: ["text", "branches", "plot", "history-tree"].filter(covering),
     errors: [...document.querySelectorAll(".toast-body.error")].map((toast) => toast.innerText),
+    status: document.querySelector("#status")?.innerText ?? "",
   }), 50);
 }"""
 

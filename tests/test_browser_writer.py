@@ -55,6 +55,8 @@ def assert_never_covered_nor_refused(seen: list[dict]) -> None:
     assert all(sample["text"] for sample in seen), "the writer's text never vanished"
     assert not [sample["covered"] for sample in seen if sample["covered"]], "nothing covered the text or suggestions"
     assert not [sample["errors"] for sample in seen if sample["errors"]], "no error greeted an action"
+    assert not [sample["status"] for sample in seen if re.search(r"queue: \d|processing \|", sample["status"])], \
+        "the status line speaks the page's words, not gradio's queue and timer"
 
 
 def test_a_paste_then_clicks_at_once_apply_in_turn_and_nothing_covers_the_text(page):
