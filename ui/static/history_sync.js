@@ -25,7 +25,6 @@
       return;
     }
     let tree = stored();
-    let typed = false;  // the session recorded the writer's typing (a new "type" node), and nothing else
     if (update.whole) {
       tree = {...update.whole, sync: update.sync};
     } else if (!tree || tree.sync !== update.sync) {
@@ -36,12 +35,12 @@
         if (node.id > tree.nodes.length) return resync();
         tree.nodes[node.id] = node;
       }
+      // The session put a text of its own in the box (a branch, an undo): the text typed before it is no longer
+      // the writer's newest. A new "type" node is the writer's typing recorded: what they typed since still is.
+      const typed = update.current >= known && tree.nodes[update.current].kind === "type";
+      if (update.current !== tree.current && !typed) localStorage.removeItem(DRAFT_KEY);
       tree.current = update.current;
-      typed = update.current >= known && tree.nodes[update.current].kind === "type";
     }
-    // The session put a text of its own in the box (a branch, an undo, a new tree): the text typed before it is
-    // no longer the writer's newest.
-    if (!typed) localStorage.removeItem(DRAFT_KEY);
     try { localStorage.setItem(STORAGE_KEY, JSON.stringify(tree)); } catch (e) { console.warn("history not kept:", e); }
     window.historyCurrent = tree.current;
   };
