@@ -441,12 +441,13 @@ def lookahead(
     are as for next_token_distribution: under a constraint branches start from valid tokens and
     continue under it, and one that completes it ends there (`ends`). Where the constraint allows one token
     at a time right after the text, "forced" lists those tokens ({"token_ids", "text"}, else None): they lead
-    every branch, and the branches and the distribution are those of the first real choice after them. So do the
-    tokens the model all but certainly writes next (p and p_final >= 0.95, at most 4: a paragraph break's whitespace
-    completed): "lead" lists them ({"token_ids", "text", "prob"}, else None). Every branch writes a different text:
-    candidates that write the same text are one branch (the likeliest's tokens, "prob" and "p_final" summed) and
-    the next candidates are continued instead; a branch ends on a whole character. A branch
-    also ends where it completes one of the `stop` strings: its text is cut before the string, and "stop" names it.
+    every branch, and the branches and the distribution are those of the first real choice after them. So does the
+    token that completes the text's trailing whitespace where the model all but certainly writes it (p and p_final
+    >= 0.95: after a paragraph break): "lead" names it ({"token_ids", "text", "prob"}, else None). Every branch
+    writes a different text: candidates that write the same text are one branch (the likeliest's tokens, "prob"
+    and "p_final" summed) and the next candidates are continued instead; a branch ends on a whole character. A
+    branch also ends where it completes one of the `stop` strings: its text is cut before the string, and "stop"
+    names it.
     `caret` (a character offset into `text`; None: its end): suggestions at the caret, exactly those for
     `text[:caret]`, a branch's "text" being what to insert there. With text after the caret, each branch has
     "fit": (log p(S | P + b) - log p(S | P)) / len(S), P the context's token ids before the caret (as the branches

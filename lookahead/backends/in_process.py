@@ -514,7 +514,7 @@ def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore
     sampling = request.sampling
     stops = eos_ids(load_model(request.model_name)[0].generation_config)
     listed = _distribution(run, sampling, max(DISTRIBUTION_ROWS, shown))
-    top = lead_token(listed, stops, request.lead)
+    top = lead_token(listed, stops, request.lead, run.healed)
     if top is not None:
         return _lookahead(replace(request, lead=(*request.lead, top["token_id"])), store, window,
                           (*lead_probs, top["prob"]), shown)

@@ -279,7 +279,7 @@ class CompletionsBackend:
                                                      context.allowed, valid, ceiling)
         distribution = distribution_entries(logprobs, final, rows, context.tokenizer, valid=valid)
         stops = stop_tokens(context.model)
-        lead = lead_token(distribution, stops, request.lead)
+        lead = lead_token(distribution, stops, request.lead, context.healed)
         if lead is not None:
             return self._lookahead(replace(request, lead=(*request.lead, lead["token_id"])),
                                    (*lead_probs, lead["prob"]), shown)
