@@ -282,3 +282,30 @@ def test_ordered_events_each_see_the_state_the_one_before_them_wrote():
 
 class _StateHolder(dict):
     """gradio's StateHolder as SessionOrder reads it: each session's states by block id."""
+
+
+def test_a_stop_reaches_only_the_continue_running_when_it_arrives():
+    """Writers' Stops arrive from other threads while their Continues start and end: a Stop reaches the run it
+    arrived during, never the next one, and nothing is left behind."""
+    from ui.panels.continuation import StopRequests
+
+    stops = StopRequests()
+    sessions = [f"writer {n}" for n in range(3)]
+
+    def writer(session: str):
+        def work(rng: random.Random) -> None:
+            end = until(SECONDS)
+            while end():
+                stops.ask(session)  # before its run: dropped
+                stops.start(session)
+                assert not stops.asked(session), "a Stop from before the run does not end it"
+                stopped = threading.Event()
+                threading.Thread(target=lambda: (stops.ask(session), stopped.set())).start()
+                assert stopped.wait(JOIN_SECONDS)
+                assert stops.asked(session), "a Stop during the run ends it"
+                stops.end(session)
+                assert not stops.asked(session)
+        return work
+
+    run_threads([writer(session) for session in sessions], seed=47)
+    assert not any(stops.asked(session) for session in sessions)
