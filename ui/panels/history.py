@@ -142,8 +142,9 @@ def newer_draft(draft: str | None, history: History) -> str | None:
     text, node = kept.get("text"), kept.get("node")
     if not isinstance(text, str) or text == history.text or not isinstance(node, int) or node >= len(history.nodes):
         return None
-    since = [history.nodes[n] for n in history.path() if n > node]
-    if node not in history.path() or not all(step.kind == "type" for step in since):
+    path = history.path()
+    since = [history.nodes[n] for n in path if n > node]
+    if node not in path or not all(step.kind == "type" for step in since):
         return None
     return text
 
