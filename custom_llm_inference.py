@@ -441,9 +441,10 @@ def lookahead(
     are as for next_token_distribution: under a constraint branches start from valid tokens and
     continue under it, and one that completes it ends there (`ends`). Where the constraint allows one token
     at a time right after the text, "forced" lists those tokens ({"token_ids", "text"}, else None): they lead
-    every branch, and the branches and the distribution are those of the first real choice after them. So does the
-    token that completes the text's trailing whitespace where the model all but certainly writes it (p and p_final
-    >= 0.95: after a paragraph break): "lead" names it ({"token_ids", "text", "prob"}, else None). Every branch
+    every branch, and the branches and the distribution are those of the first real choice after them. So do the
+    next tokens (up to 3) where the model all but certainly writes them (p and p_final >= 0.95: the whitespace of a
+    paragraph break completed, the rest of a word begun): "lead" names them ({"token_ids", "text", "prob"}, else
+    None). Every branch
     writes a different text: candidates that write the same text are one branch (the likeliest's tokens, "prob"
     and "p_final" summed) and the next candidates are continued instead; a branch ends on a whole character. A
     branch also ends where it completes one of the `stop` strings: its text is cut before the string, and "stop"

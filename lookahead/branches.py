@@ -38,6 +38,16 @@ class Lookahead(NamedTuple):
     scores: Scores | None  # the prompt's tokens scored, when asked for (lookahead/scoring.py)
     valid: torch.Tensor | None  # (vocab,) bool: the tokens a constraint allows next (None: no constraint)
     fit: torch.Tensor | None  # (k,) per token of `follow`: log p(follow | prompt + branch) - log p(follow | prompt)
+    lead: list[int] = []  # the tokens written all but certainly after the prompt (`Lead`), before every branch
+    lead_probs: list[float] = []  # their p_base each
+
+
+class Lead(NamedTuple):
+    """Where the next token is this likely (p_base and p_final), and not one of `stops`, it is no choice: it is
+    read after the prompt and the branches fork after it, up to `max_tokens` such tokens in a row."""
+    prob: float
+    max_tokens: int
+    stops: frozenset[int]
 
 
 def extend_cache(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
@@ -96,6 +106,7 @@ def get_lookahead_sequences(
     hidden: int = 0,
     follow: list[int] | None = None,
     unforced: int | None = None,
+    lead: Lead | None = None,
 ) -> Lookahead:
     """Top `n_branch_tokens` next tokens after `input_ids` (1, T), each continued to `depth` tokens.
 
@@ -111,6 +122,10 @@ def get_lookahead_sequences(
     At a caret: the cache's last `hidden` entries (the text after the caret) are masked out of every pass and
     kept; it comes back as it came, holding them. With `follow` (the caret's next tokens), `fit` compares
     them after each branch with them after the prompt's first `unforced` tokens (default: all of them).
+
+    With `lead`, tokens the model all but certainly writes next are read first, one pass of one token each, and
+    the branches fork after them (`Lookahead.lead`); the cache still comes back holding `input_ids` only, each
+    branch's `branch_kv` beginning with theirs.
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"expected input_ids of shape (1, T), got {tuple(input_ids.shape)}")
@@ -127,15 +142,34 @@ def get_lookahead_sequences(
     seen = stored - hidden
     places = torch.cat([torch.arange(seen), torch.full((hidden,), -1), torch.arange(seen, prompt_len)]).to(
         input_ids.device)
-    first = logits if allowed_first_tokens is None else logits.masked_fill(~allowed_first_tokens, float("-inf"))
-    first = first.float()  # rank exactly as the distribution shown does (same ties)
-    first_valid = None if guide is None else guide.valid()
+    read = len(places)  # cache entries of the prompt: what comes back
+    unforced = prompt_len if unforced is None else unforced  # a lead is the branches' own, as a constraint's is not
+    lead_ids, lead_probs = [], []
+    while True:
+        first = logits if allowed_first_tokens is None else logits.masked_fill(~allowed_first_tokens, float("-inf"))
+        first = first.float()  # rank exactly as the distribution shown does (same ties)
+        first_valid = None if guide is None else guide.valid()
+        if first_valid is not None:
+            if not (first_valid & torch.isfinite(first)).any():
+                raise ValueError("no token can continue the text under the constraint")
+        valid = None if first_valid is None else first_valid[None]
+        final = sampling.final_scores(input_ids, first[None], valid)[0]
+        certain = None if lead is None or len(lead_ids) == lead.max_tokens else _certain(first, final, lead)
+        if certain is None:
+            break
+        token, prob = certain
+        lead_ids.append(token)
+        lead_probs.append(prob)
+        guide = None if guide is None else guide.fork()
+        if guide is not None:
+            guide.advance(token)
+        logits = _extend_one(model, token, cache, places, prompt_len)
+        input_ids = torch.cat([input_ids, input_ids.new_tensor([[token]])], dim=1)
+        places = torch.cat([places, places.new_tensor([prompt_len])])
+        prompt_len, allowed_first_tokens = prompt_len + 1, None  # healing bears on the text's next token only
     if first_valid is not None:
-        if not (first_valid & torch.isfinite(first)).any():
-            raise ValueError("no token can continue the text under the constraint")
         first = first.masked_fill(~first_valid, float("-inf"))  # branches start from valid tokens only
-    valid = None if first_valid is None else first_valid[None]
-    tokens = ranked(first, sampling.final_scores(input_ids, first[None], valid)[0], n_branch_tokens)
+    tokens = ranked(first, final, n_branch_tokens)
     k = len(tokens)
     guides = _forked(guide, tokens.tolist())
     sequences = [tokens]
@@ -152,14 +186,35 @@ def get_lookahead_sequences(
             for g, token in zip(guides, tokens.tolist()):
                 g.advance(token)
         sequences.append(tokens)
-    branch_kv = [_branch_kv(cache, len(places), k, b) for b in range(k)] if depth > 1 else [[] for _ in range(k)]
+    fed = depth > 1 or lead_ids
+    branch_kv = [_branch_kv(cache, read, len(places), k, b) if fed else [] for b in range(k)]
     sequences = torch.stack(sequences, dim=1)
     fit = None
     if follow:
-        start = prompt_len if unforced is None else unforced
-        fit = _fit(model, cache, places, sequences, input_ids[0, start - 1], start, follow, prompt_len)
-    cache.crop(-(cache.get_seq_length() - (stored if hidden else prompt_len)))
-    return Lookahead(sequences, logits, step_logits, cache, branch_kv, scores, first_valid, fit)
+        fit = _fit(model, cache, places, sequences, input_ids[0, unforced - 1], unforced, follow, prompt_len)
+    cache.crop(-(cache.get_seq_length() - (stored if hidden else read)))
+    return Lookahead(sequences, logits, step_logits, cache, branch_kv, scores, first_valid, fit, lead_ids, lead_probs)
+
+
+def _certain(base: torch.Tensor, final: torch.Tensor, lead: Lead) -> tuple[int, float] | None:
+    """The next token and its p_base if it is no choice (`Lead`): the distribution's first entry (by p_final,
+    then p_base) at least `lead.prob` likely both ways; None otherwise."""
+    base, final = torch.log_softmax(base, -1), torch.log_softmax(final, -1)
+    top = int(ranked(base, final, 1)[0])
+    prob = float(base[top].exp())
+    certain = prob >= lead.prob and float(final[top].exp()) >= lead.prob and top not in lead.stops
+    return (top, prob) if certain else None
+
+
+def _extend_one(model: PreTrainedModel, token: int, cache: DynamicCache, places: torch.Tensor,
+                position: int) -> torch.Tensor:
+    """Run one token at `position` after the cache's entries, seeing those `places` marks visible (>= 0); its
+    logits (vocab,)."""
+    seen = torch.cat([places >= 0, places.new_ones(1, dtype=torch.bool)])
+    mask = visibility_mask(seen[None], model.dtype, places.device)
+    out = model(places.new_tensor([[token]]), past_key_values=cache, attention_mask=mask,
+                position_ids=places.new_tensor([[position]]), use_cache=True)
+    return out.logits[0, -1]
 
 
 def _extend_beside(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache, seen: int,
@@ -221,7 +276,11 @@ def _still_valid(guide: Guide) -> torch.Tensor:
     return valid if valid.any() else torch.ones_like(valid)
 
 
-def _branch_kv(cache: DynamicCache, prompt_len: int, k: int, branch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Branch `branch`'s entries of the tree part of the cache, laid out step by step (index step*k + branch)."""
-    idx = torch.arange(prompt_len + branch, cache.get_seq_length(), k, device=cache.layers[0].keys.device)
+def _branch_kv(cache: DynamicCache, read: int, tree_start: int, k: int,
+               branch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Branch `branch`'s entries past the prompt's `read`: the lead's (up to `tree_start`), then its own of the
+    tree part (laid out step by step, index step*k + branch)."""
+    device = cache.layers[0].keys.device
+    idx = torch.cat([torch.arange(read, tree_start, device=device),
+                     torch.arange(tree_start + branch, cache.get_seq_length(), k, device=device)])
     return [(layer.keys[..., idx, :], layer.values[..., idx, :]) for layer in cache.layers]

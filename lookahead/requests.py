@@ -52,7 +52,8 @@ class LookaheadRequest(Request):
     after: str | None = None  # the text after the caret (`text` ends at it); None: the caret is at the end
     fit_tokens: int = 32  # how many tokens of `after` each branch's fit is measured on
     # Tokens the model all but certainly writes next (results.lead_token), read after the text (and what a
-    # constraint forces) so that the branches fork at the first real choice; the backend adds them itself.
+    # constraint forces) so that the branches fork at the first real choice: the server backends ask again with
+    # them (in-process the tree reads them itself, lookahead/branches.py's Lead).
     lead: tuple[int, ...] = ()
 
 

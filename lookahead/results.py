@@ -25,12 +25,13 @@ if TYPE_CHECKING:
 WINDOW_STEP = 0.25  # past the context, the window's start moves by this share of it at a time
 DISTRIBUTION_ROWS = 10  # a lookahead's distribution lists at least this many tokens: the page plots them
 REFUSED_ROWS = 3  # under a constraint it then lists the likeliest tokens the constraint refuses
-# Where the text ends in whitespace (token healing backs it up: the next token must begin with it) and the model
-# completes it as one token this likely (before and after the sampling settings), that token is no choice: a
-# paragraph break's "\n\n" at ~99%. The branches fork after it: five first words of the new paragraph instead of
-# one branch and four runs of spaces. (Only there: a lead costs a second branch tree, and a likely token elsewhere
-# is often the word the writer wants to see.)
+# Where the model writes the next token this likely (before and after the sampling settings), that token is no
+# choice: a paragraph break's whitespace completed ("\n\n" at ~99%), the rest of a word begun ("Eiffel Tow" →
+# "er"). The branches fork after it, up to MAX_LEAD_TOKENS such tokens in a row: five first words of the new
+# paragraph instead of one branch and four runs of spaces. Each token led costs one more branch tree, read over
+# the kept cache of the first (its branch 0 began with that token).
 LEAD_PROB = 0.95
+MAX_LEAD_TOKENS = 3
 # Where branches wrote the same text (one text, several tokenizations) and were made one, more candidates are
 # continued, up to this many times the branches asked for, so that as many different ones are shown.
 MAX_CANDIDATES_PER_BRANCH = 4
@@ -56,11 +57,11 @@ def window_start(n_tokens: int, room: int, context: int) -> int:
     return 0 if over <= 0 else -(-over // step) * step
 
 
-def lead_token(distribution: list[dict], stops: Collection[int], lead: tuple[int, ...], healed: str) -> dict | None:
-    """The distribution's first entry if it completes the text's trailing whitespace (`healed`) all but certainly
-    (LEAD_PROB), so that the branches should fork after it; None where the next token is a real choice (or ends the
-    text), or a lead was taken already."""
-    if lead or not healed or not distribution:
+def lead_token(distribution: list[dict], stops: Collection[int], lead: tuple[int, ...]) -> dict | None:
+    """The distribution's first entry if the model writes it all but certainly (LEAD_PROB), so that the branches
+    should fork after it; None where the next token is a real choice (or ends the text), or MAX_LEAD_TOKENS lead
+    already."""
+    if len(lead) >= MAX_LEAD_TOKENS or not distribution:
         return None
     top = distribution[0]
     certain = top["prob"] >= LEAD_PROB and top["p_final"] >= LEAD_PROB and top.get("valid", True)

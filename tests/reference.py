@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from lookahead.results import LEAD_PROB, MAX_CANDIDATES_PER_BRANCH
+from lookahead.results import LEAD_PROB, MAX_CANDIDATES_PER_BRANCH, MAX_LEAD_TOKENS
 
 TIE = 1e-5  # logprobs closer than this may rank either way between two exact computations
 DEEP_RANK = 100  # past this rank, neighbours within TIE of each other are common in a real model's row
@@ -40,7 +40,7 @@ def next_logits(model, ids: list[int]) -> torch.Tensor:
 
 def reference_lookahead(model, tokenizer, text: str, k: int, depth: int, dropped: int = 0, ids_for=None) -> dict:
     """The k branches a writer is shown after `text` (healing a trailing whitespace character): where the likeliest
-    next token completes that whitespace all but certainly (LEAD_PROB) it leads them all ("lead"); then the likeliest
+    next token is all but certain (LEAD_PROB), it leads them all ("lead"), up to MAX_LEAD_TOKENS; then the likeliest
     next tokens, each continued greedily and cut after the end-of-sequence token if it reaches one, and after its
     last whole character; a branch writing the text of a likelier one is no other choice, and the next candidate
     is taken instead (up to MAX_CANDIDATES_PER_BRANCH * k of them). `ids_for(prefix)`: the token ids of the healed
@@ -58,7 +58,7 @@ def reference_lookahead(model, tokenizer, text: str, k: int, depth: int, dropped
         ok = torch.tensor([t.startswith(healed) for t in texts])
         logits = logits.masked_fill(~ok, float("-inf"))
     logprobs = torch.log_softmax(logits, -1)
-    if healed and logprobs.max().exp() >= LEAD_PROB and int(logprobs.argmax()) not in eos:
+    while len(lead) < MAX_LEAD_TOKENS and logprobs.max().exp() >= LEAD_PROB and int(logprobs.argmax()) not in eos:
         lead.append(int(logprobs.argmax()))
         lead_prob *= float(logprobs.max().exp())
         ids = ids + lead[-1:]

@@ -17,6 +17,7 @@ from lookahead.backends.in_process import prefix_caches
 from lookahead.scheduler import scheduler
 from reference import assert_matches_reference, reference_lookahead
 from test_chat import CONVERSATION, transformers_ids
+from test_lookahead_api import REPEATED
 from threads import SECONDS, run_threads, until
 
 DRAFT = ("The old lighthouse keeper climbed the stairs and looked out over the sea. The storm had passed, and "
@@ -115,6 +116,20 @@ def test_a_forced_token_before_the_caret_still_gives_distinct_branches(embedded)
     ids = tokenizer(text[:caret].rstrip())["input_ids"]
     shown = {"ids": ids, "lead": [], "branches": [b["token_ids"] for b in result["branches"]]}
     fits = reference_fits(model, tokenizer, shown, text[caret:], 32)
+    assert [b["fit"] for b in result["branches"]] == pytest.approx(fits, abs=1e-4)
+
+
+def test_at_a_caret_the_tokens_all_but_certain_lead_every_branch_beside_the_text_after_it(embedded):
+    """The lead is read beside the text after the caret, which it does not see; fits are measured from before it."""
+    model, tokenizer = embedded
+    text = REPEATED + " stairs of the old lighthouse every night."
+    caret = len(REPEATED)
+    cli.lookahead(text, session="repeated caret")  # the session's cache holds the whole text
+    result = cli.lookahead(text, 5, 3, session="repeated caret", caret=caret)
+    reference = reference_lookahead(model, tokenizer, REPEATED, 5, 3)
+    assert reference["lead"]
+    assert_matches_reference(result, reference, 5)
+    fits = reference_fits(model, tokenizer, reference, text[caret:], 32)
     assert [b["fit"] for b in result["branches"]] == pytest.approx(fits, abs=1e-4)
 
 

@@ -8,7 +8,7 @@ import torch
 
 import custom_llm_inference as cli
 from lookahead.prefix_cache import common_prefix_length
-from lookahead.results import LEAD_PROB, WINDOW_STEP, branch_entries, window_start
+from lookahead.results import LEAD_PROB, MAX_LEAD_TOKENS, WINDOW_STEP, branch_entries, window_start
 from reference import assert_matches_reference, reference_lookahead
 
 EDITS = [
@@ -94,6 +94,28 @@ def test_after_a_paragraph_break_every_branch_is_a_real_choice(embedded, text):
     for branch, first in zip(result["branches"], firsts):
         assert branch["prob"] == pytest.approx(float(ref["logprobs"][first].exp()), abs=1e-4)
         assert not branch["text"].isspace(), "no branch is whitespace alone"
+
+
+REPEATED = "The keeper climbed the stairs of the old lighthouse every night. " * 4 + "The keeper climbed the"
+
+
+def test_tokens_the_model_all_but_certainly_writes_lead_every_branch_anywhere(embedded):
+    """Not only whitespace: in a sentence said four times over, its next words are all but certain; they lead
+    every branch (up to MAX_LEAD_TOKENS of them), read one pass each, and the branches and the plot are those of
+    a plain computation after them."""
+    model, tokenizer = embedded
+    result = cli.lookahead(REPEATED, 5, 3, session="repeated")
+    ref = reference_lookahead(model, tokenizer, REPEATED, 5, 3)
+    assert len(ref["lead"]) == MAX_LEAD_TOKENS, "the next words are all but certain"
+    assert_matches_reference(result, ref, 5)
+    assert result["lead"]["text"] == tokenizer.decode(ref["lead"]) and result["lead"]["text"].startswith(" stairs")
+    assert result["lead"]["prob"] == pytest.approx(ref["lead_prob"], abs=1e-4)
+    assert all(b["text"].startswith(result["lead"]["text"]) for b in result["branches"])
+    taken = result["branches"][1]
+    again = cli.lookahead(REPEATED + taken["text"], 5, 3, session="repeated")
+    assert again["reused_tokens"] == len(tokenizer(REPEATED)["input_ids"]) + len(taken["token_ids"]) - 1, \
+        "a branch taken is answered over the lead's and the branch's kept cache: only its last token is read"
+    assert cli.next_token_distribution(REPEATED, 1)[0]["token_id"] == ref["lead"][0], "the plot's own call leads not"
 
 
 def test_branches_that_write_one_text_are_one_and_none_ends_in_half_a_character(embedded):

@@ -21,7 +21,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from lookahead import reading
 from lookahead.attribution import attribute_stepwise, passes
 from lookahead.backends.base import Capabilities
-from lookahead.branches import Lookahead, get_lookahead_sequences
+from lookahead.branches import Lead, Lookahead, get_lookahead_sequences
 from lookahead.chat import as_dicts, encode
 from lookahead.comparison import (
     Comparison,
@@ -49,6 +49,8 @@ from lookahead.requests import (
 )
 from lookahead.results import (
     DISTRIBUTION_ROWS,
+    LEAD_PROB,
+    MAX_LEAD_TOKENS,
     REFUSED_ROWS,
     Continuation,
     attribution_entries,
@@ -59,7 +61,6 @@ from lookahead.results import (
     forced_entry,
     last,
     lead_entry,
-    lead_token,
     more_candidates,
     scores_result,
     stop_tokens,
@@ -273,7 +274,7 @@ class _Run(NamedTuple):
     allowed: torch.Tensor | None  # healing's mask over the first token
     healed: str  # the whitespace backed up by healing
     tokenizer: PreTrainedTokenizerBase
-    context: torch.Tensor  # (1, T) the token ids scored
+    context: torch.Tensor  # (1, T) the token ids scored, then the lead's (Lookahead.lead)
     forced: list[int]  # the last of them: the only tokens a constraint allowed after the text
 
 
@@ -281,7 +282,7 @@ def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unk
          window: int | None = None, force: bool = True) -> _Run:
     """Tokenize (healing trailing whitespace), reuse the session's cache from `store`, and compute the branches
     (from the text's last `window` tokens only, if given: a partial answer; after the tokens a constraint
-    forces, with `force`)."""
+    forces and those the model all but certainly writes, with `force`)."""
     model, tokenizer = load_model(request.model_name)
     prompt = _prompt(request, model, tokenizer, force)
     partial = None
@@ -300,7 +301,7 @@ def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unk
             model, context, request.n_branches, request.depth, cache, prompt.allowed, request.sampling,
             request.branch_mode, generator, known_scores, prompt.guide,
             hidden=0 if kept is None else len(kept.ids) - reused, follow=follow,
-            unforced=len(prompt.ids) - len(prompt.forced),
+            unforced=len(prompt.ids) - len(prompt.forced), lead=Lead(LEAD_PROB, MAX_LEAD_TOKENS, frozenset(eos_ids(model.generation_config))) if force else None,
         )
     except BaseException:  # cancelled (a yielding call): the whole text's cache goes back as it was
         if kept is not None:
@@ -308,20 +309,22 @@ def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unk
             store.put(request.key, *kept)
         raise
     if kept is None:
-        continuations = [(seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
+        continuations = [(result.lead + seq[:-1], kv) for seq, kv in zip(result.sequences.tolist(), result.branch_kv)]
         store.put(request.key, prompt.ids, result.cache, continuations, result.scores)
     else:
         store.put(request.key, *kept)
     info = {**context_info(request.model, str(model.device), len(prompt.ids), reused, prompt.dropped, prompt.healed),
             "partial": partial}
-    return _Run(result, info, prompt.allowed, prompt.healed, tokenizer, context, prompt.forced)
+    context = torch.cat([context, context.new_tensor([result.lead])], dim=1)
+    return _Run(result, info, prompt.allowed if not result.lead else None, prompt.healed, tokenizer, context,
+                prompt.forced)
 
 
 def _prompt(request: LookaheadRequest | DistributionRequest, model: PreTrainedModel,
             tokenizer: PreTrainedTokenizerBase, force: bool) -> Prompt:
-    """What the model reads for a lookahead (room for its branches; after the tokens a constraint forces, with
-    `force`) or a distribution (room for one token)."""
-    room = request.depth if isinstance(request, LookaheadRequest) else 1
+    """What the model reads for a lookahead (room for a lead and its branches; after the tokens a constraint
+    forces, with `force`) or a distribution (room for one token)."""
+    room = request.depth + MAX_LEAD_TOKENS if isinstance(request, LookaheadRequest) else 1
     vocab_size = model.config.get_text_config().vocab_size
     return read_prompt(request, tokenizer, matchers, _context_limit(model), room, vocab_size, model.device, force)
 
@@ -505,36 +508,32 @@ listings = Listings()
 
 
 def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unkept = prefix_caches,
-               window: int | None = None, lead_probs: tuple[float, ...] = (), shown: int | None = None) -> dict:
-    """The branches, each a real choice: where the model all but certainly writes the next token, it leads them
-    all (`lead_probs`: the probabilities of those in `request.lead`), read over the kept cache; where branches
-    write the same text, more candidates are continued until `shown` (default: the branches asked for) differ."""
+               window: int | None = None, shown: int | None = None) -> dict:
+    """The branches, each a real choice: they fork after the tokens the model all but certainly writes next (the
+    tree reads those first: Lookahead.lead); where branches write the same text, more candidates are continued
+    until `shown` (default: the branches asked for) differ."""
     shown = shown or request.n_branches
     run = _run(request, store, window)
     sampling = request.sampling
     stops = eos_ids(load_model(request.model_name)[0].generation_config)
     listed = _distribution(run, sampling, max(DISTRIBUTION_ROWS, shown))
-    top = lead_token(listed, stops, request.lead, run.healed)
-    if top is not None:
-        return _lookahead(replace(request, lead=(*request.lead, top["token_id"])), store, window,
-                          (*lead_probs, top["prob"]), shown)
     sequences = run.result.sequences.tolist()
     firsts = _distribution(run, sampling, len(sequences), [seq[0] for seq in sequences])
     fits = None if run.result.fit is None else run.result.fit.tolist()
-    branches = branch_entries([run.forced + seq for seq in sequences], stops, firsts, run.healed, run.tokenizer,
+    led = run.forced + run.result.lead
+    branches = branch_entries([led + seq for seq in sequences], stops, firsts, run.healed, run.tokenizer,
                               request.stop, fits)
     wider = more_candidates(request.n_branches, len(sequences), len(branches), shown)
     if wider is not None:
-        return _lookahead(replace(request, n_branches=wider), store, window, lead_probs, shown)
-    constrained = run.forced[: len(run.forced) - len(request.lead)]
+        return _lookahead(replace(request, n_branches=wider), store, window, shown)
     return {
         **run.info,
         "sampling": sampling.as_dict(),
         "branch_mode": request.branch_mode,
         "seed": request.seed,
         "distribution": listed + _refused(run, sampling, listed),
-        "forced": forced_entry(constrained, run.healed, run.tokenizer),
-        "lead": lead_entry(run.forced, request.lead, lead_probs, run.healed, run.tokenizer),
+        "forced": forced_entry(run.forced, run.healed, run.tokenizer),
+        "lead": lead_entry(led, tuple(run.result.lead), tuple(run.result.lead_probs), run.healed, run.tokenizer),
         "branches": branches[:shown],
     }
 

@@ -64,6 +64,7 @@ from lookahead.requests import (
 )
 from lookahead.results import (
     DISTRIBUTION_ROWS,
+    MAX_LEAD_TOKENS,
     Continuation,
     branch_entries,
     context_info,
@@ -271,7 +272,7 @@ class CompletionsBackend:
         more candidates are continued until `shown` (default: the branches asked for) differ."""
         sampling, n_branches = request.sampling, request.n_branches
         shown = shown or n_branches
-        context = self._context(request, room=request.depth)
+        context = self._context(request, room=request.depth + MAX_LEAD_TOKENS - len(request.lead))
         rows = max(DISTRIBUTION_ROWS, n_branches)
         top, reused, ceiling = self._next_tokens(context, rows)
         valid = None if context.guide is None else context.guide.valid()
@@ -279,7 +280,7 @@ class CompletionsBackend:
                                                      context.allowed, valid, ceiling)
         distribution = distribution_entries(logprobs, final, rows, context.tokenizer, valid=valid)
         stops = stop_tokens(context.model)
-        lead = lead_token(distribution, stops, request.lead, context.healed)
+        lead = lead_token(distribution, stops, request.lead)
         if lead is not None:
             return self._lookahead(replace(request, lead=(*request.lead, lead["token_id"])),
                                    (*lead_probs, lead["prob"]), shown)
