@@ -59,6 +59,14 @@ def test_plot_bars_follow_the_top_token_whatever_other_holds():
     assert "longer than shown" not in peaked
 
 
+def test_plot_shows_a_token_that_is_part_of_a_character_as_such_and_does_not_append_it_alone():
+    plot = distribution_plot([entry(1, " \ufffd", 0.3), entry(2, " a", 0.2)])
+    assert "\ufffd" not in plot and "␣◌" in plot
+    partial = re.search(r'<div class="dist-row" data-token-id="1"[^>]*>', plot).group(0)
+    assert "data-partial" in partial and "part of a character" in partial and "cursor:pointer" not in partial
+    assert "data-partial" not in re.search(r'<div class="dist-row" data-token-id="2"[^>]*>', plot).group(0)
+
+
 def test_plot_escapes_html_in_tokens():
     assert "<script>" not in distribution_plot([entry(1, "<script>", 0.1)])
 

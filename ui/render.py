@@ -10,9 +10,12 @@ import html
 import re
 
 from history import History, common_prefix
-from lookahead.results import DISTRIBUTION_ROWS, REFUSED_ROWS
+from lookahead.results import DISTRIBUTION_ROWS, HALF_CHARACTER, REFUSED_ROWS
 
 VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+# A token that holds only part of a character's bytes (an emoji is several tokens) shows this in the plot, not "�".
+PART_OF_A_CHARACTER = "◌"
+PARTIAL_TITLE = "part of a character written over several tokens: a branch that begins with it writes it whole"
 ROW_STYLE = "display:flex;align-items:center;gap:8px;margin:3px 0;font:13px ui-monospace,monospace"
 TOKEN_STYLE = "flex:0 1 9em;min-width:4em;text-align:right;overflow:hidden;text-overflow:ellipsis;white-space:pre"
 TRACK_STYLE = "flex:1 1 auto;min-width:5em;display:flex;flex-direction:column;gap:1px"
@@ -63,7 +66,8 @@ def distribution_plot(distribution: list[dict], forced: str | None = None, lead:
     `lead`: what the model all but certainly writes then (a lookahead's "lead"); the plot is of the choice after."""
     refused = [d for d in distribution if not d.get("valid", True)][:REFUSED_ROWS]
     top = [d for d in distribution if d.get("valid", True)][: DISTRIBUTION_ROWS - len(refused)] + refused
-    rows = [(d, visible(d["token"]), d["prob"], d.get("p_final", d["prob"]), d.get("kept", True)) for d in top]
+    rows = [(d, visible(d["token"]).replace(HALF_CHARACTER, PART_OF_A_CHARACTER), d["prob"],
+             d.get("p_final", d["prob"]), d.get("kept", True)) for d in top]
     other = (None, "other", max(0.0, 1 - sum(r[2] for r in rows)), max(0.0, 1 - sum(r[3] for r in rows)), True)
     constrained = any(not d.get("valid", True) for d in top)
     # Bars are scaled to the likeliest token, not to "other" (often the largest on a flat
@@ -90,9 +94,12 @@ def distribution_plot(distribution: list[dict], forced: str | None = None, lead:
     html_rows = []
     for entry, token, p_base, p_final, kept in [*rows, other]:
         refused = entry is not None and not entry.get("valid", True)
-        title = "the constraint refuses it" if refused else f"append {html.escape(token)}"
-        attrs = f'data-token-id="{entry["token_id"]}" title="{title}"' if entry else ""
-        style = ROW_STYLE + (";cursor:pointer" if entry else "") + ("" if kept else ";opacity:.4")
+        partial = entry is not None and HALF_CHARACTER in entry["token"]
+        title = ("the constraint refuses it" if refused else PARTIAL_TITLE if partial
+                 else f"append {html.escape(token)}")
+        attrs = (f'data-token-id="{entry["token_id"]}" title="{title}"' + (" data-partial" if partial else "")
+                 if entry else "")
+        style = ROW_STYLE + (";cursor:pointer" if entry and not partial else "") + ("" if kept else ";opacity:.4")
         final_text = "    ✗" if refused else f"{percent(p_final):>6}" if kept else "  cut"
         html_rows.append(
             f'<div class="dist-row" {attrs} style="{style}">'

@@ -4,5 +4,8 @@ element.addEventListener('click', (e) => {
   const row = e.target.closest('[data-token-id]');
   if (!row) return;
   // "why?" beside a token asks what in the text drives it; the rest of the row appends it
-  trigger(e.target.closest('.why') ? 'select' : 'click', {token_id: Number(row.dataset.tokenId)});
+  // (a token that is part of a character is not appended alone: its title says so)
+  const why = e.target.closest('.why');
+  if (!why && row.hasAttribute('data-partial')) return;
+  trigger(why ? 'select' : 'click', {token_id: Number(row.dataset.tokenId)});
 });
