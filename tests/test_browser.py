@@ -122,6 +122,18 @@ def test_ctrl_enter_refreshes(page):
     expect_suggestions_for(page, "Set without an input event")
 
 
+def test_a_number_typed_into_a_sliders_box_applies_on_enter(page):
+    expect_suggestions_for(page, page.locator("#text textarea").input_value())
+    if "open" not in (page.locator("#sampling-panel > .label-wrap").get_attribute("class") or ""):
+        page.locator("#sampling-panel > .label-wrap").click()  # folded on a phone
+    number = page.locator("input[type=number][aria-label='number input for Branches']")
+    for branches in ("3", "5"):  # and back: the tests after this one share the page
+        number.fill(branches)
+        number.press("Enter")
+        expect(page.locator("button[id^=branch-]:visible")).to_have_count(int(branches))
+        expect(number).to_be_focused()
+
+
 def test_presets_forcing_undo_redo_fork_and_export_import(page, tmp_path):
     text = "My grandmother kept a small garden where"
     type_text(page, text)

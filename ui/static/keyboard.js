@@ -131,5 +131,11 @@ document.addEventListener("keydown", (e) => {
   } else if (e.altKey && e.code === "KeyW") {  // the first branch's next word only
     const first = document.getElementById("branch-0");
     if (first && first.offsetParent !== null) { document.getElementById("take-word")?.click(); e.preventDefault(); }
+  } else if (e.key === "Enter" && e.target.type === "number" && e.target.closest(".block")?.querySelector("input[type=range]")) {
+    // A number typed into a slider's box applies on Enter, as in any form (gradio applies it as the box loses
+    // focus); the box keeps the focus.
+    e.target.blur();
+    e.target.focus();
+    e.preventDefault();
   }
 });
