@@ -127,14 +127,15 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
             "n_branches": sampling.n_branches, "depth": sampling.depth, "by_fit": sampling.by_fit,
             "continue_tokens": continuation.n_tokens, "lossless": continuation.lossless, "stops": continuation.stops,
             "colour_by": heatmap.mode, "threshold": heatmap.threshold, "why_method": why.method,
+            "constraint_type": constrain.type, "constraint_value": constrain.value, "constraint": constrain.kept,
         })
-        history.wire(wiring, demo, refresh, kept, restored=[compare.shown])
+        constrain.wire(wiring, refresh)
+        history.wire(wiring, demo, refresh, kept, restored=[compare.shown, constrain.restored])
         chat.wire(wiring, refresh)
         continuation.wire(wiring, writer.draft, context, constraints, refresh)
         heatmap.wire(wiring, context, refresh)
         why.wire(wiring, suggestions.plot, heatmap.view, context)
         sampling.wire(wiring, refresh)
-        constrain.wire(wiring, refresh)
         model.input(**refresh)
         demo.load(None, None, None, js=FOLD_ON_PHONE_JS)
         demo.load(handled(server_limits), None,

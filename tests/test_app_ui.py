@@ -14,6 +14,7 @@ from ui.controls import Draft
 from ui.errors import handled
 from ui.insertion import caret_in, joined
 from ui.panels.chat import send_reply, send_user_message, switch_mode
+from ui.panels.constrain import constrain, restore_constraint, unconstrain
 from ui.panels.history import KeptSettings, import_history, move, restore
 from ui.panels.sampling import apply_preset, matching_preset
 from ui.panels.suggestions import (
@@ -269,6 +270,19 @@ def test_the_constrain_panel_builds_the_apis_constraint_and_stop_strings():
     assert stop_strings("\\n\n.\n") == ["\n", "."] and stop_strings("") is None
     with pytest.raises(gr.Error):
         constraint_from("regex", "  ", "plain text", 0, "abc")
+
+
+def test_a_kept_constraint_comes_back_where_it_still_holds():
+    kept = json.dumps({"type": "regex", "value": "[ a-z]*", "start": 3})
+    assert restore_constraint(kept, "abc xyz")["constraint_state"] == {"type": "regex", "value": "[ a-z]*",
+                                                                       "start": 3}
+    assert "regex** from character 3" in restore_constraint(kept, "abc xyz")["constraint_status"]
+    for other in ("", "not json", '{"type": "regex", "value": "(", "start": 0}', '{"type": "poem", "start": 0}',
+                  '{"type": "regex", "value": "x"}', "[1, 2]"):
+        assert restore_constraint(other, "abc")["constraint_state"] is None, other
+    assert constrain("regex", "[a-z]*", "plain text", 1, "ab")["constraint_kept"] == json.dumps(
+        {"type": "regex", "value": "[a-z]*", "start": 1})
+    assert unconstrain()["constraint_kept"] == ""
 
 
 KEPT = KeptSettings({"heatmap_on": gr.Checkbox(False), "chat_mode": gr.Radio(["plain text", "chat"]),

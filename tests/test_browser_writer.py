@@ -261,6 +261,12 @@ def test_a_reload_a_moment_after_the_last_key_keeps_the_text_its_history_and_eve
     page.get_by_label("Tokens to continue").fill("32")
     page.get_by_label("Tokens to continue").blur()
     expect(page.locator("body.suggestions-stale")).to_have_count(0)
+    page.locator("#constrain-panel > .label-wrap").click()
+    page.locator("#constraint-type label").filter(has_text="regex").click()
+    page.locator("#constraint-value textarea").fill("[ a-z]*")
+    page.locator("#constrain").click()
+    expect(page.locator("#constraint-status")).to_contain_text(f"regex from character {len(DRAFT)}")
+    expect(page.locator("body.suggestions-stale")).to_have_count(0)
     box = page.locator("#text textarea")
     box.press("End")
     # The writer reloads before the session has heard of their last keys (on a busy server it may take seconds):
@@ -278,6 +284,10 @@ def test_a_reload_a_moment_after_the_last_key_keeps_the_text_its_history_and_eve
     expect(page.get_by_label("Lookahead decoding (same text, fewer passes)")).not_to_be_checked()
     expect(page.get_by_label("Tokens to continue")).to_have_value("32")
     expect(page.locator("#status")).to_contain_text("branches sample")
+    page.locator("#constrain-panel > .label-wrap").click()
+    expect(page.locator("#constraint-status")).to_contain_text(f"regex from character {len(DRAFT)}")
+    expect(page.locator("#constraint-value textarea")).to_have_value("[ a-z]*")
+    expect(page.locator("#status")).to_contain_text("constrained (regex)")
     tree = wait_for_stored_text(page, DRAFT + " the sea")
     assert tree.nodes[tree.current].kind == "type" and tree.text == DRAFT + " the sea"
 

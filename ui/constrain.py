@@ -55,6 +55,18 @@ def constraint_from(kind: str, value: str, chat_mode: str, caret: float | None, 
     return constraint
 
 
+def kept_constraint(kept: str | None, text: str) -> dict | None:
+    """The constraint a browser kept as JSON, if it is one that holds for `text`; None otherwise."""
+    try:
+        constraint = json.loads(kept) if kept else None
+        if not isinstance(constraint, dict) or not isinstance(constraint.get("start"), int):
+            return None
+        check_constraint(in_force(constraint, text), text)
+    except ValueError:
+        return None
+    return constraint
+
+
 def in_force(constraint: dict | None, text: str) -> dict | None:
     """The constraint for `text`: one that began past its end (after an undo) applies from the end."""
     if constraint is None:

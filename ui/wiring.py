@@ -85,6 +85,7 @@ class Update(TypedDict, total=False):
     constraint_status: str
     constraint_type: str
     constraint_value: str | dict
+    constraint_kept: str  # the constraint in force as JSON, for this browser to keep across a reload
 
 
 SLOTS = frozenset(Update.__annotations__)
