@@ -42,6 +42,9 @@ class Lookahead(NamedTuple):
     lead_probs: list[float] = []  # their p_base each
 
 
+LOOKUP_MATCH = 2  # a lead's next tokens are guessed where the text's last this many tokens occurred before
+
+
 class Lead(NamedTuple):
     """Where the next token is this likely (p_base and p_final), and not one of `stops`, it is no choice: it is
     read after the prompt and the branches fork after it, up to `max_tokens` such tokens in a row."""
@@ -123,8 +126,8 @@ def get_lookahead_sequences(
     kept; it comes back as it came, holding them. With `follow` (the caret's next tokens), `fit` compares
     them after each branch with them after the prompt's first `unforced` tokens (default: all of them).
 
-    With `lead`, tokens the model all but certainly writes next are read first, one pass of one token each, and
-    the branches fork after them (`Lookahead.lead`); the cache still comes back holding `input_ids` only, each
+    With `lead`, tokens the model all but certainly writes next are read first (one pass each, or one for several
+    where the text repeats itself: `_guessed`), and the branches fork after them (`Lookahead.lead`); the cache still comes back holding `input_ids` only, each
     branch's `branch_kv` beginning with theirs.
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
@@ -145,6 +148,7 @@ def get_lookahead_sequences(
     read = len(places)  # cache entries of the prompt: what comes back
     unforced = prompt_len if unforced is None else unforced  # a lead is the branches' own, as a constraint's is not
     lead_ids, lead_probs = [], []
+    guessed: list[tuple[int, torch.Tensor]] = []  # guesses run after the lead's last token, with their logits
     while True:
         first = logits if allowed_first_tokens is None else logits.masked_fill(~allowed_first_tokens, float("-inf"))
         first = first.float()  # rank exactly as the distribution shown does (same ties)
@@ -155,6 +159,9 @@ def get_lookahead_sequences(
         valid = None if first_valid is None else first_valid[None]
         final = sampling.final_scores(input_ids, first[None], valid)[0]
         certain = None if lead is None or len(lead_ids) == lead.max_tokens else _certain(first, final, lead)
+        if guessed and (certain is None or guessed[0][0] != certain[0]):
+            cache.crop(-len(guessed))  # the guesses that were wrong
+            guessed = []
         if certain is None:
             break
         token, prob = certain
@@ -163,7 +170,10 @@ def get_lookahead_sequences(
         guide = None if guide is None else guide.fork()
         if guide is not None:
             guide.advance(token)
-        logits = _extend_one(model, token, cache, places, prompt_len)
+        if not guessed:  # the token, and what the text's own repetition says comes after it: one pass
+            fed = [token, *_guessed(input_ids[0].tolist() + [token], lead.max_tokens - len(lead_ids))]
+            guessed = list(zip(fed, _extend(model, fed, cache, places, prompt_len)))
+        logits = guessed.pop(0)[1]
         input_ids = torch.cat([input_ids, input_ids.new_tensor([[token]])], dim=1)
         places = torch.cat([places, places.new_tensor([prompt_len])])
         prompt_len, allowed_first_tokens = prompt_len + 1, None  # healing bears on the text's next token only
@@ -206,15 +216,26 @@ def _certain(base: torch.Tensor, final: torch.Tensor, lead: Lead) -> tuple[int, 
     return (top, prob) if certain else None
 
 
-def _extend_one(model: PreTrainedModel, token: int, cache: DynamicCache, places: torch.Tensor,
-                position: int) -> torch.Tensor:
-    """Run one token at `position` after the cache's entries, seeing those `places` marks visible (>= 0); its
-    logits (vocab,)."""
-    seen = torch.cat([places >= 0, places.new_ones(1, dtype=torch.bool)])
-    mask = visibility_mask(seen[None], model.dtype, places.device)
-    out = model(places.new_tensor([[token]]), past_key_values=cache, attention_mask=mask,
-                position_ids=places.new_tensor([[position]]), use_cache=True)
-    return out.logits[0, -1]
+def _extend(model: PreTrainedModel, tokens: list[int], cache: DynamicCache, places: torch.Tensor,
+            position: int) -> torch.Tensor:
+    """Run `tokens` from `position` on after the cache's entries, each seeing those `places` marks visible (>= 0)
+    and the tokens before it; their logits (len(tokens), vocab)."""
+    n = len(tokens)
+    mask = additive_mask(places >= 0, torch.ones(n, n, dtype=torch.bool).tril(), model.dtype, places.device)
+    out = model(places.new_tensor([tokens]), past_key_values=cache, attention_mask=mask,
+                position_ids=torch.arange(position, position + n, device=places.device)[None], use_cache=True)
+    return out.logits[0]
+
+
+def _guessed(ids: list[int], n: int) -> list[int]:
+    """Up to `n` tokens that followed the last LOOKUP_MATCH tokens of `ids` where these last occurred before: a text
+    that repeats itself is led by what it repeats, and guesses run in the same pass as the token before them cost
+    next to nothing (a pass reads the weights once, whatever its few tokens)."""
+    tail = ids[-LOOKUP_MATCH:]
+    for start in range(len(ids) - LOOKUP_MATCH - 1, -1, -1) if n > 0 else ():
+        if ids[start:start + LOOKUP_MATCH] == tail:
+            return ids[start + LOOKUP_MATCH:start + LOOKUP_MATCH + n]
+    return []
 
 
 def _extend_beside(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache, seen: int,

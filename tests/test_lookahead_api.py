@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import custom_llm_inference as cli
+from lookahead import branches
 from lookahead.prefix_cache import common_prefix_length
 from lookahead.results import LEAD_PROB, MAX_LEAD_TOKENS, WINDOW_STEP, branch_entries, window_start
 from reference import assert_matches_reference, reference_lookahead
@@ -116,6 +117,22 @@ def test_tokens_the_model_all_but_certainly_writes_lead_every_branch_anywhere(em
     assert again["reused_tokens"] == len(tokenizer(REPEATED)["input_ids"]) + len(taken["token_ids"]) - 1, \
         "a branch taken is answered over the lead's and the branch's kept cache: only its last token is read"
     assert cli.next_token_distribution(REPEATED, 1)[0]["token_id"] == ref["lead"][0], "the plot's own call leads not"
+
+
+def test_a_leads_next_tokens_are_guessed_from_the_texts_repetition_and_a_wrong_guess_changes_nothing(
+        embedded, monkeypatch):
+    assert branches._guessed([5, 6, 7, 8, 9, 5, 6], 3) == [7, 8, 9], "what followed the last two tokens before"
+    assert branches._guessed([5, 6, 7, 5, 6, 1, 5, 6], 2) == [1, 5], "where they last occurred"
+    assert branches._guessed([5, 6, 7], 2) == [] and branches._guessed([5, 6, 7, 5, 6], 0) == []
+    model, tokenizer = embedded
+    monkeypatch.setattr(branches, "_guessed", lambda ids, n: [13] * n)  # always wrong: cropped off the cache
+    result = cli.lookahead(REPEATED, 5, 3, session="wrong guesses")
+    ref = reference_lookahead(model, tokenizer, REPEATED, 5, 3)
+    assert_matches_reference(result, ref, 5)
+    taken = result["branches"][0]
+    again = cli.lookahead(REPEATED + taken["text"], 5, 3, session="wrong guesses")
+    assert again["reused_tokens"] == len(tokenizer(REPEATED)["input_ids"]) + len(taken["token_ids"]) - 1
+    assert_matches_reference(again, reference_lookahead(model, tokenizer, REPEATED + taken["text"], 5, 3), 5)
 
 
 def test_branches_that_write_one_text_are_one_and_none_ends_in_half_a_character(embedded):
