@@ -204,6 +204,15 @@ class Speculator:
                     return
                 self._ready = {key: dict(answers) for key, answers in ready.items()}  # one session's at a time
 
+    def stop(self) -> None:
+        """Drop the job waiting and pre-empt the one under way; return once it has ended (at exit: no thread may be
+        in a forward as the interpreter shuts down)."""
+        with self._lock:
+            self._pending = None
+            self._arrivals += 1
+            self._idle.notify_all()
+        self.wait()
+
     def clear(self) -> None:
         self.wait()
         with self._lock:

@@ -5,8 +5,12 @@ starts over when asked again, keeps what it read when interrupted, and reads the
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import gradio as gr
 import pytest
@@ -108,9 +112,9 @@ def test_a_read_yields_to_another_sessions_click_and_an_edit_before_its_end_canc
     assert other["partial"] is None
     assert not read.finished.is_set(), "the other session's click was answered while the text was being read"
 
-    with scheduler.interactive():  # while interactive work runs, the read waits at its next slice
+    with scheduler.interactive():  # while interactive work runs (here another click), the read waits at its next slice
         slices = read.job.slices
-        time.sleep(0.5)
+        cli.lookahead("Once upon a time, far away", 3, 3, session="C")
         assert read.job.slices <= slices + 1
 
     until_read(read, CHUNK)
@@ -348,3 +352,21 @@ def test_reads_take_turns_so_a_short_text_pasted_after_a_long_one_is_read_first(
     reader.wait()
     assert cli.lookahead(TEXT, session="B")["partial"] is None
     assert cli.lookahead(TEXT * 4, session="A")["partial"] is None
+
+
+# A program that asks for a long text's probabilities and ends at once: the answer is partial, and the rest of the
+# text is still being read in the background as the interpreter shuts down.
+EXITING_PROGRAM = """
+import custom_llm_inference as cli
+text = " ".join(["The harbour town woke slowly, and the keeper climbed the stairs of the old lighthouse."] * 180)
+print("partial" if cli.token_probabilities(text, k=3).get("partial") else "whole")
+"""
+
+
+def test_a_program_that_ends_while_a_text_is_read_in_the_background_exits_cleanly(embedded):
+    root = Path(__file__).resolve().parents[1]
+    env = {name: value for name, value in os.environ.items() if name != "LOOKAHEAD_FIRST_ANSWER_SECONDS"}  # partial
+    ended = subprocess.run([sys.executable, "-c", EXITING_PROGRAM], cwd=root, capture_output=True, text=True,
+                           env={**env, "PYTHONPATH": str(root)}, timeout=600)
+    assert ended.stdout.strip() == "partial", f"the program ends with the read under way: {ended.stderr[-2000:]}"
+    assert ended.returncode == 0 and "terminate called" not in ended.stderr, ended.stderr[-2000:]

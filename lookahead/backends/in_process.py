@@ -9,6 +9,7 @@ Each session's KV cache, precomputed answers, constraint matchers and token list
 
 from __future__ import annotations
 
+import atexit
 import functools
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -77,6 +78,15 @@ CANCEL_POLL_SECONDS = 0.05  # how often a yielding call that waits for precomput
 prefix_caches = PrefixCacheStore()
 speculator = Speculator(prefix_caches)
 reader = Reader(prefix_caches)
+
+
+@atexit.register
+def _stop_background_work() -> None:
+    """Background reads and precomputation stop before the interpreter shuts down, their current pass ended: torch
+    aborts the process ("terminate called without an active exception") if a thread is in a forward then."""
+    reader.stop()
+    speculator.stop()
+
 matchers = MatcherStore()
 # The suggestions each model last gave each session, to precompute a click on either of two models' branches shown
 # side by side for the same text (`clicks_ahead`).
