@@ -35,12 +35,10 @@ def test_a_new_visitor_tries_every_mode_and_panel_once_and_meets_no_error(app_ur
         expect(page.locator(".toast-body", has_text="Nothing to undo")).to_be_visible()
         no_error_shown(page)
 
-        # A branch, then a token from the plot, at reading pace.
-        page.wait_for_timeout(800)
+        # A branch, then a token from the plot, each as soon as it is shown.
         page.locator("#branch-0").click()
         text = DEFAULT_TEXT + shown["branches"][0]["text"]
         shown = expect_suggestions_for(page, text)
-        page.wait_for_timeout(800)
         token = shown["distribution"][1]
         page.locator(f'.dist-row[data-token-id="{token["token_id"]}"]').click()
         text += token["token"]
@@ -79,7 +77,6 @@ def test_a_new_visitor_tries_every_mode_and_panel_once_and_meets_no_error(app_ur
         conversation = [{"role": "user", "content": text}]
         shown = expect_suggestions_for(page, "", conversation)
         no_error_shown(page)
-        page.wait_for_timeout(800)
         page.locator("#branch-0").click()
         reply = shown["branches"][0]["text"]
         expect_suggestions_for(page, reply, conversation)

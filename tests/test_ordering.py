@@ -97,15 +97,18 @@ def test_a_job_the_event_was_about_to_start_when_a_newer_event_of_its_session_ar
     def start_now(name: str):
         started[name] = jobs.start(_session_hash(), "lookahead")
 
+    arrived = threading.Event()
+
     def cancel(session: str) -> None:
         jobs.cancel(session, "lookahead")
+        arrived.set()
 
     async def main():
         LocalContext.request.set(SimpleNamespace(session_hash="writer"))
         older = asyncio.create_task(order.wrap(fit)("older"))
         await asyncio.to_thread(deciding.wait, 5)
         newer = asyncio.create_task(order.wrap(start_now, arriving=cancel)("newer"))
-        await asyncio.sleep(0.05)  # it has arrived, and waits for the turn
+        await asyncio.to_thread(arrived.wait, 5)  # it has arrived, and waits for the turn
         decided.set()
         await asyncio.gather(older, newer)
         LocalContext.request.set(SimpleNamespace(session_hash="another visitor"))
