@@ -41,7 +41,7 @@ def expect_suggestions_for(page, text: str, messages: list[dict] | None = None, 
     expected = cli.lookahead(text, 5, 3, session="browser-expectation", messages=messages, model_name=model_name)
     expect(page.locator("#text textarea")).to_have_value(text)
     for i, branch in enumerate(expected["branches"]):
-        expect(page.locator(f"#branch{panel}-{i}")).to_have_text(branch_label(branch))
+        expect(page.locator(f"#branch{panel}-{i}")).to_have_text(branch_label(branch, expected["lead"]))
     expect(page.locator(f"#branch{panel}-5")).to_be_hidden()
     expect(page.locator(f"#status{panel}")).to_contain_text(f"{expected['context_tokens']:,} context tokens")
     expect(page.locator(f"#status{panel}")).to_contain_text(expected["model"])

@@ -256,6 +256,10 @@ def test_presets_round_trip_through_the_controls():
 def test_a_cut_branch_says_so():
     assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.0}).endswith("cut")
     assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.5}).endswith("50%")
+    lead = {"text": " stairs of the", "token_ids": [1, 2, 3], "prob": 0.92}
+    assert branch_label({"text": " stairs of the old", "prob": 0.9}, lead) == "…␣old  ·  90%", "the choice, after …"
+    assert branch_label({"text": "The keeper", "prob": 0.2}, {"text": "", "token_ids": [4], "prob": 0.99}).startswith(
+        "The␣keeper"), "a lead that only completes the text's whitespace writes nothing to leave out"
     assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.5, "stop": ","}).startswith("␣x✂")
 
 

@@ -134,6 +134,17 @@ def test_a_number_typed_into_a_sliders_box_applies_on_enter(page):
         expect(number).to_be_focused()
 
 
+def test_branches_after_a_lead_show_the_choice_and_the_plot_names_the_lead(page):
+    text = "The keeper climbed the stairs of the old lighthouse every night. " * 4 + "The keeper climbed the"
+    type_text(page, text)
+    shown = expect_suggestions_for(page, text)  # each label: "…" for the lead, then the choice
+    assert shown["lead"]["text"] == " stairs of the"
+    expect(page.locator("#branch-0")).to_contain_text("…␣old")
+    expect(page.locator("#plot")).to_contain_text("The model all but certainly writes ␣stairs␣of␣the first")
+    page.locator("#branch-1").click()
+    expect_suggestions_for(page, text + shown["branches"][1]["text"])
+
+
 def test_presets_forcing_undo_redo_fork_and_export_import(page, tmp_path):
     text = "My grandmother kept a small garden where"
     type_text(page, text)
@@ -174,7 +185,7 @@ def test_presets_forcing_undo_redo_fork_and_export_import(page, tmp_path):
     sampling, mode = cli.PRESETS["balanced"]
     sampled = cli.lookahead(appended, 5, 3, **sampling.as_dict(), branch_mode=mode, seed=0, session="browser-b")
     for i, branch in enumerate(sampled["branches"]):
-        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch))
+        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, sampled["lead"]))
     expect(page.locator("#status")).to_contain_text("branches sample (seed 0)")
     cut = [d for d in sampled["distribution"][:10] if not d["kept"]]
     expect(page.locator("#plot .distribution")).to_contain_text("cut" if cut else "→")
@@ -328,7 +339,7 @@ def test_the_constrain_panel_makes_branches_the_plot_and_continue_obey(page):
     constraint = {"type": "choice", "value": ["yes", "no", "maybe"], "start": len(text)}
     expected = cli.lookahead(text, 5, 3, session="browser-expectation", constraint=constraint)
     for i, branch in enumerate(expected["branches"]):
-        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch))
+        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, expected["lead"]))
     assert {b["text"] for b in expected["branches"]} <= {"yes", "no", "maybe"}
     expect(page.locator("#status")).to_contain_text("constrained (choice)")
     expect(page.locator("#constraint-status")).to_contain_text(f"from character {len(text)}")

@@ -34,7 +34,7 @@ def expect_suggestions_at(page, text: str, caret: int, messages: list[dict] | No
     expected = cli.lookahead(text, 5, 3, session="browser-expectation", caret=caret, messages=messages)
     expect(page.locator("#text textarea")).to_have_value(text)
     for i, branch in enumerate(expected["branches"]):
-        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch))
+        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, expected["lead"]))
     expect(page.locator("#status")).to_contain_text(f"At the caret (character {caret})")
     expect(page.locator(".caret-marker")).to_contain_text(text[max(0, caret - 20):caret] + "▌" + text[caret:][:20])
     return expected
@@ -77,8 +77,8 @@ def test_the_caret_drives_the_suggestions_and_a_branch_goes_in_there(page):
     page.locator("#undo").click()
     expect(page.locator("#text textarea")).to_have_value(DRAFT)
     expect(page.locator("#status")).not_to_contain_text("At the caret")  # back at the end of the text
-    expect(page.locator("#branch-0")).to_have_text(
-        branch_label(cli.lookahead(DRAFT, 5, 3, session="browser-expectation")["branches"][0]))
+    at_the_end = cli.lookahead(DRAFT, 5, 3, session="browser-expectation")
+    expect(page.locator("#branch-0")).to_have_text(branch_label(at_the_end["branches"][0], at_the_end["lead"]))
 
 
 def test_a_caret_inside_a_chat_reply(page):

@@ -166,15 +166,19 @@ def _more_line(n: int, where: str) -> str:
 
 END_MARK = "⏹"  # a branch that reaches the end-of-sequence token: the model would stop there
 STOP_MARK = "✂"  # a branch cut at a stop string
+LEAD_MARK = "…"  # in a branch's label, the lead's text (what every branch writes before the choice)
 
 
-def branch_label(branch: dict) -> str:
+def branch_label(branch: dict, lead: dict | None = None) -> str:
     """A branch button's label: its text, whether it ends, its first token's p_final, and at a caret with text after
-    it, its fit (how much likelier per token, in nats, that text becomes with the branch inserted)."""
+    it, its fit (how much likelier per token, in nats, that text becomes with the branch inserted). The text of a
+    `lead` that every branch begins with (the plot's heading names it) is shown as "…": the labels show the choice."""
     p_final = branch.get("p_final", branch["prob"])
     end = END_MARK if branch.get("ends") else STOP_MARK if branch.get("stop") else ""
     fit = f"  ·  fit {branch['fit']:+.2f}" if branch.get("fit") is not None else ""
-    return f"{visible(branch['text'])}{end}  ·  " + (percent(p_final, 0) if p_final > 0 else "cut") + fit
+    led = (lead or {}).get("text") or ""
+    text = LEAD_MARK + branch["text"][len(led):] if led and branch["text"].startswith(led) else branch["text"]
+    return f"{visible(text)}{end}  ·  " + (percent(p_final, 0) if p_final > 0 else "cut") + fit
 
 
 WORD = re.compile(r"\s*(\w+|[^\w\s]+)")

@@ -121,9 +121,9 @@ def status_line(result: dict, ms: float, constraint: dict | None, caret: int | N
     return line
 
 
-def branch_choices(branches: list[dict]) -> Update:
-    """A button per branch, labelled with it; the buttons beyond are hidden."""
-    return {"branches": [gr.update(value=branch_label(branch), visible=True) for branch in branches]}
+def branch_choices(branches: list[dict], lead: dict | None = None) -> Update:
+    """A button per branch, labelled with it (after the `lead` they share); the buttons beyond are hidden."""
+    return {"branches": [gr.update(value=branch_label(branch, lead), visible=True) for branch in branches]}
 
 
 def ordered_by_fit(branches: list[dict]) -> list[dict]:
@@ -217,7 +217,7 @@ def suggest(draft: Draft, history: History, settings: Settings, request: gr.Requ
     # After the branches, whose pass scored the text; a long text's colours come once it is read, and at a caret
     # they follow (complete_at_caret): the text after it may have to be read again first.
     heat = {} if result["partial"] or shown.caret is not None else heatmap_after(text, settings, request)
-    return {"shown_state": shown, **branch_choices(result["branches"]),
+    return {"shown_state": shown, **branch_choices(result["branches"], result.get("lead")),
             "plot": distribution_plot(result["distribution"], forced_text(result), result.get("lead")),
             "status": status_line(result, ms, settings.constraints.constraint, shown.caret),
             "marker": caret_marker(text, shown.caret),
@@ -274,7 +274,7 @@ def complete_at_caret(
             if settings.shape.by_fit:
                 branches = ordered_by_fit(branches)
             yield {"shown_state": shown._replace(result={**shown.result, "branches": branches}),
-                   **branch_choices(branches)}
+                   **branch_choices(branches, shown.result.get("lead"))}
     yield heatmap_after(text, settings, request)
 
 
