@@ -127,8 +127,8 @@ def get_lookahead_sequences(
     them after each branch with them after the prompt's first `unforced` tokens (default: all of them).
 
     With `lead`, tokens the model all but certainly writes next are read first (one pass each, or one for several
-    where the text repeats itself: `_guessed`), and the branches fork after them (`Lookahead.lead`); the cache still comes back holding `input_ids` only, each
-    branch's `branch_kv` beginning with theirs.
+    where the text repeats itself: `_guessed`), and the branches fork after them (`Lookahead.lead`); the cache
+    still comes back holding `input_ids` only, each branch's `branch_kv` beginning with theirs.
     """
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"expected input_ids of shape (1, T), got {tuple(input_ids.shape)}")
