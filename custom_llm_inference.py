@@ -41,7 +41,14 @@ from lookahead.backends.base import Backend, BackendError
 from lookahead.branches import get_lookahead_sequences
 from lookahead.chat import as_dicts, check_messages, check_template, encode
 from lookahead.constraints import Constraint, check_constraint, written_part_error
-from lookahead.models import available_models, default_model_name, load_model, load_tokenizer, on_zero_gpu
+from lookahead.models import (
+    available_models,
+    default_model_name,
+    load_model,
+    load_tokenizer,
+    on_zero_gpu,
+    stop_tokens,
+)
 from lookahead.requests import (
     AttributionRequest,
     CompareRequest,
@@ -51,7 +58,7 @@ from lookahead.requests import (
     Messages,
     ScoresRequest,
 )
-from lookahead.results import last, stop_tokens, text_token_places
+from lookahead.results import last, text_token_places
 from lookahead.sampling import BRANCH_MODES, MAX_TOP_K, PRESETS, Sampling
 from lookahead.scheduler import LONG_JOBS, Cancelled, scheduler
 from lookahead.scoring import MAX_ALTERNATIVES

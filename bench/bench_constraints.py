@@ -25,7 +25,7 @@ import custom_llm_inference as cli  # noqa: E402
 from lookahead.backends.in_process import matchers, prefix_caches  # noqa: E402
 from lookahead.constraints import check_constraint  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
-from lookahead.results import stop_tokens  # noqa: E402
+from lookahead.models import stop_tokens  # noqa: E402
 
 STORY = ("The lighthouse stood at the edge of the world. Every evening the keeper climbed its hundred steps, lit the "
          "great lamp, and watched the sea. ") * 40  # ~1k tokens

@@ -13,10 +13,23 @@ from transformers import PreTrainedTokenizerBase
 from lookahead.chat import as_dicts, encode
 from lookahead.constraints import Guide, MatcherStore
 from lookahead.healing import allowed_first_tokens, split_for_healing
+from lookahead.models import stop_tokens
 from lookahead.requests import DistributionRequest, LookaheadRequest, Request
-from lookahead.results import stop_tokens, window_start
 
 MAX_FORCED_TOKENS = 16  # a constraint that writes more than this by itself still branches after that many
+WINDOW_STEP = 0.25  # past the context, the window's start moves by this share of it at a time
+
+
+def window_start(n_tokens: int, room: int, context: int) -> int:
+    """How many leading tokens a text of `n_tokens` leaves out so the rest fits in `room`.
+
+    Past the context the start moves in steps of WINDOW_STEP (a share of `context`), not token
+    by token: it then stays put while the writer adds up to a step's worth, so the session's
+    KV cache keeps being reused instead of every edit recomputing the whole window.
+    """
+    over = n_tokens - room
+    step = max(1, int(WINDOW_STEP * context))
+    return 0 if over <= 0 else -(-over // step) * step
 
 
 class Prompt(NamedTuple):

@@ -235,3 +235,14 @@ def model_pass_costs(name: str | None = None, complete: bool = False) -> PassCos
         if name not in _pass_costs:  # on a GPU: in full, at once (nothing may run after a ZeroGPU call returns)
             _pass_costs[name] = pass_costs(model, name, cache_dir() / "pass-costs", quick=False)
         return _pass_costs[name]
+
+
+def eos_ids(generation_config: GenerationConfig) -> set[int]:
+    """The tokens after which the model stops (`generate`'s own stop tokens)."""
+    eos = generation_config.eos_token_id
+    return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
+
+
+def stop_tokens(model_name: str | None) -> tuple[int, ...]:
+    """The model's end-of-sequence tokens, sorted (what ends a branch or a continuation, and a constraint)."""
+    return tuple(sorted(eos_ids(load_generation_config(model_name))))

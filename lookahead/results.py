@@ -12,17 +12,15 @@ from collections.abc import Collection, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import GenerationConfig, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from lookahead.healing import token_texts
-from lookahead.models import load_generation_config
 from lookahead.sampling import ranked
 from lookahead.scoring import Scores, token_spans, unscored
 
 if TYPE_CHECKING:
     from lookahead.context import ScoredText
 
-WINDOW_STEP = 0.25  # past the context, the window's start moves by this share of it at a time
 DISTRIBUTION_ROWS = 10  # a lookahead's distribution lists at least this many tokens: the page plots them
 REFUSED_ROWS = 3  # under a constraint it then lists the likeliest tokens the constraint refuses
 # Where the model writes the next token this likely (before and after the sampling settings), that token is no
@@ -43,18 +41,6 @@ def last(results: Iterable[dict]) -> dict:
     for result in results:
         pass
     return result
-
-
-def window_start(n_tokens: int, room: int, context: int) -> int:
-    """How many leading tokens a text of `n_tokens` leaves out so the rest fits in `room`.
-
-    Past the context the start moves in steps of WINDOW_STEP (a share of `context`), not token
-    by token: it then stays put while the writer adds up to a step's worth, so the session's
-    KV cache keeps being reused instead of every edit recomputing the whole window.
-    """
-    over = n_tokens - room
-    step = max(1, int(WINDOW_STEP * context))
-    return 0 if over <= 0 else -(-over // step) * step
 
 
 def lead_token(distribution: list[dict], stops: Collection[int], lead: tuple[int, ...]) -> dict | None:
@@ -123,17 +109,6 @@ def distribution_entries(
          "kept": bool(pf > 0), "valid": bool(ok)}
         for i, t, lp, pf, ok in zip(ids, texts, chosen, p_final, allowed)
     ]
-
-
-def eos_ids(generation_config: GenerationConfig) -> set[int]:
-    """The tokens after which the model stops (`generate`'s own stop tokens)."""
-    eos = generation_config.eos_token_id
-    return set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
-
-
-def stop_tokens(model_name: str | None) -> tuple[int, ...]:
-    """The model's end-of-sequence tokens, sorted (what ends a branch or a continuation, and a constraint)."""
-    return tuple(sorted(eos_ids(load_generation_config(model_name))))
 
 
 def through_first(sequence: list[int], stops: Collection[int]) -> list[int]:

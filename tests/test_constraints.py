@@ -18,7 +18,8 @@ from lookahead import constraints
 from lookahead.backends.in_process import matchers
 from lookahead.constraints import check_constraint
 from lookahead.healing import token_texts
-from lookahead.results import MAX_CANDIDATES_PER_BRANCH, stop_tokens
+from lookahead.models import stop_tokens
+from lookahead.results import MAX_CANDIDATES_PER_BRANCH
 from tests.reference import next_logits
 
 CHOICES = ["yes", "no", "maybe", "not sure"]

@@ -20,7 +20,7 @@ from lookahead.decoding import (
     lookahead_passes,
     tree_mask,
 )
-from lookahead.results import eos_ids
+from lookahead.models import eos_ids
 
 PROMPTS = {
     "code": textwrap.dedent(inspect.getsource(textwrap.indent)),

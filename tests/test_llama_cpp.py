@@ -26,8 +26,7 @@ import torch
 import custom_llm_inference as cli
 from lookahead.backends.server.llama_cpp import LlamaCppPython, LlamaServer
 from lookahead.backends.server.openai import Named, named_tokens
-from lookahead.models import EMBEDDED_MODEL, embedded_gguf_path
-from lookahead.results import stop_tokens
+from lookahead.models import EMBEDDED_MODEL, embedded_gguf_path, stop_tokens
 from server_process import free_port, in_process
 from ui.server_limits import NO_SCORES, NO_WHY, SHARED_CACHE, server_limits
 from vllm_server import Proxy

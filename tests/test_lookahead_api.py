@@ -8,8 +8,9 @@ import torch
 
 import custom_llm_inference as cli
 from lookahead import branches
+from lookahead.context import WINDOW_STEP, window_start
 from lookahead.prefix_cache import common_prefix_length
-from lookahead.results import LEAD_PROB, MAX_LEAD_TOKENS, WINDOW_STEP, branch_entries, window_start
+from lookahead.results import LEAD_PROB, MAX_LEAD_TOKENS, branch_entries
 from reference import assert_matches_reference, reference_lookahead
 
 EDITS = [

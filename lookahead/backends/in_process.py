@@ -36,7 +36,16 @@ from lookahead.constraints import MatcherStore
 from lookahead.context import Prompt, follow_ids, read_prompt, read_scored_text
 from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.kv_cache import GrowableCache
-from lookahead.models import converted, default_model_name, device, load_model, model_pass_costs, on_zero_gpu
+from lookahead.models import (
+    converted,
+    default_model_name,
+    device,
+    eos_ids,
+    load_model,
+    model_pass_costs,
+    on_zero_gpu,
+    stop_tokens,
+)
 from lookahead.prefix_cache import PrefixCacheStore, Taken, common_prefix_length
 from lookahead.reading import Read, Reader
 from lookahead.requests import (
@@ -58,13 +67,11 @@ from lookahead.results import (
     branch_entries,
     context_info,
     distribution_entries,
-    eos_ids,
     forced_entry,
     last,
     lead_entry,
     more_candidates,
     scores_result,
-    stop_tokens,
     text_token_places,
 )
 from lookahead.sampling import Sampling
@@ -311,7 +318,7 @@ def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unk
             model, context, request.n_branches, request.depth, cache, prompt.allowed, request.sampling,
             request.branch_mode, generator, known_scores, prompt.guide,
             hidden=0 if kept is None else len(kept.ids) - reused, follow=follow,
-            unforced=len(prompt.ids) - len(prompt.forced), lead=Lead(LEAD_PROB, MAX_LEAD_TOKENS, frozenset(eos_ids(model.generation_config))) if force else None,
+            unforced=len(prompt.ids) - len(prompt.forced), lead=_lead(model) if force else None,
         )
     except BaseException:  # cancelled (a yielding call): the whole text's cache goes back as it was
         if kept is not None:
@@ -328,6 +335,11 @@ def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unk
     context = torch.cat([context, context.new_tensor([result.lead])], dim=1)
     return _Run(result, info, prompt.allowed if not result.lead else None, prompt.healed, tokenizer, context,
                 prompt.forced)
+
+
+def _lead(model: PreTrainedModel) -> Lead:
+    """What leads a lookahead's branches: the tokens the model all but certainly writes, but its end tokens."""
+    return Lead(LEAD_PROB, MAX_LEAD_TOKENS, frozenset(eos_ids(model.generation_config)))
 
 
 def _prompt(request: LookaheadRequest | DistributionRequest, model: PreTrainedModel,

@@ -53,7 +53,7 @@ from lookahead.chat import as_dicts
 from lookahead.comparison import at_tokens, comparison_result, model_requests, read_alike
 from lookahead.constraints import Guide, MatcherStore
 from lookahead.context import ScoredText, follow_ids, read_prompt, read_scored_text
-from lookahead.models import load_tokenizer
+from lookahead.models import load_tokenizer, stop_tokens
 from lookahead.requests import (
     AttributionRequest,
     CompareRequest,
@@ -74,7 +74,6 @@ from lookahead.results import (
     lead_token,
     more_candidates,
     scores_result,
-    stop_tokens,
 )
 from lookahead.sampling import PLAIN, Sampling
 from lookahead.scheduler import scheduler

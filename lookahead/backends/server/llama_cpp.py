@@ -50,9 +50,8 @@ from lookahead.backends.server.openai import (
 )
 from lookahead.backends.server.top_n import Position
 from lookahead.backends.server.vllm import session_salt
-from lookahead.models import load_tokenizer
+from lookahead.models import load_tokenizer, stop_tokens
 from lookahead.requests import CompareRequest
-from lookahead.results import stop_tokens
 from lookahead.sampling import Sampling
 
 ALLOWED_BIAS = 100.0  # added to an allowed token's logit (taken from one kept out): more than any gap between two

@@ -32,8 +32,7 @@ from lookahead.backends.server.client import TIMEOUT_SECONDS, Refused
 from lookahead.backends.server.completions import COMPLETIONS, PROBE_TEXT, CompletionsBackend, Post, Served, Server
 from lookahead.backends.server.top_n import Position, Returned
 from lookahead.healing import token_texts
-from lookahead.models import load_tokenizer, model_source
-from lookahead.results import stop_tokens
+from lookahead.models import load_tokenizer, model_source, stop_tokens
 
 LOGPROBS = int(os.environ.get("LOOKAHEAD_SERVER_LOGPROBS") or 20)  # asked per position; the server may cap it
 STOPPED = "stop"  # a choice's finish_reason where the model ended it (no stop strings are sent)
