@@ -299,9 +299,11 @@ def test_compare_runs_both_models_in_one_gpu_call_and_answers_as_on_the_cpu(spac
     assert [r["seconds"] for r in requests] == [2 * zerogpu.INTERACTION_GPU_SECONDS * DURATION_FACTOR]
     default = cli.default_model_name()
     local = cli.compare(text, [default, default], 5, 2, 2, session="local zerogpu compare")
+    # Two processes may take different linear paths (each times them at load: lookahead/cpu_linear.py), so their
+    # sums run in another order: equal to float32's rounding over a model's depth, as everywhere in these tests.
     assert [t["logprob"][1] for t in remote["tokens"][1:]] == pytest.approx(
-        [t["logprob"][1] for t in local["tokens"][1:]], abs=1e-5)
-    assert [t["js"] for t in remote["tokens"][1:]] == pytest.approx([t["js"] for t in local["tokens"][1:]], abs=1e-5)
+        [t["logprob"][1] for t in local["tokens"][1:]], abs=1e-4)
+    assert [t["js"] for t in remote["tokens"][1:]] == pytest.approx([t["js"] for t in local["tokens"][1:]], abs=1e-4)
     assert [[b["token_ids"] for b in side] for side in remote["branches"]] == [
         [b["token_ids"] for b in side] for side in local["branches"]]
 
