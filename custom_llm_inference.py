@@ -1,7 +1,8 @@
 """Public inference API: next-token distribution and cached lookahead branches for a text.
 
-Everything here takes and returns plain, JSON- and pickle-safe data, so the same functions
-serve the Gradio UI, `gradio_client` callers and ZeroGPU workers. Each public function
+Everything here takes and returns plain, JSON-safe data, so the same functions serve Python callers, the
+endpoints for `gradio_client` and MCP; each public function's `.typed` answers with the typed answers of
+lookahead/outputs.py instead, which the page reads. Each public function
 checks its arguments once, in the calling process, and builds one typed, frozen request
 (lookahead/requests.py) that every layer below receives unchanged. The backend
 (lookahead/backends/base.py: one method per request type) runs it: in this process by default
@@ -20,16 +21,19 @@ The engine's tensor-level pieces live in the `lookahead` package:
   lookahead/sampling.py      p_base -> p_final with transformers' logits processors; presets
   lookahead/decoding.py      greedy and lossless lookahead decoding for `generate`
   lookahead/constraints.py   choices, regexes, JSON schemas and grammars the next tokens must follow
-  lookahead/results.py       the result dicts both backends return
+  lookahead/outputs.py       the typed answers every backend returns (lookahead/results.py builds them)
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
+from typing import ParamSpec, TypeVar
 
 # On ZeroGPU `spaces` must be imported before torch (it patches CUDA initialisation as it is imported): zerogpu
 # imports it first, and comes here before every other part of the engine, each of which imports torch.
@@ -49,6 +53,17 @@ from lookahead.models import (
     on_zero_gpu,
     stop_tokens,
 )
+from lookahead.outputs import (
+    Attribution,
+    AttributionProgress,
+    Continuation,
+    ModelComparison,
+    NextToken,
+    Suggestions,
+    TokenScores,
+    as_json,
+    last,
+)
 from lookahead.requests import (
     AttributionRequest,
     CompareRequest,
@@ -58,7 +73,7 @@ from lookahead.requests import (
     Messages,
     ScoresRequest,
 )
-from lookahead.results import last, text_token_places
+from lookahead.results import text_token_places
 from lookahead.sampling import BRANCH_MODES, MAX_TOP_K, PRESETS, Sampling
 from lookahead.scheduler import LONG_JOBS, Cancelled, scheduler
 from lookahead.scoring import MAX_ALTERNATIVES
@@ -112,6 +127,8 @@ MAX_SEED = 2**63 - 1  # torch.Generator's seeds are 64-bit
 MAX_FIT_TOKENS = 256  # tokens after the caret a branch's fit is measured on
 PARTIAL_POLL_SECONDS = 0.5  # how often token_probabilities(partial=False) asks again while a long text is read
 GENERATION_METHODS = ("greedy", "lookahead")
+P = ParamSpec("P")
+Answer = TypeVar("Answer")
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
@@ -260,6 +277,22 @@ def cancel(session: str, kind: str | None = None) -> int:
     return scheduler.cancel(str(session), kind)
 
 
+def answers_json(typed: Callable[P, Answer]) -> Callable[P, object]:
+    """A public function: `typed`'s answer (or stream of answers) as plain JSON, the shape docs/api.md documents.
+    `typed` stays reachable as the function's `.typed`, for a caller that reads the answers by attribute
+    (lookahead/outputs.py), as the page does."""
+    stream = inspect.isgeneratorfunction(typed)
+
+    @functools.wraps(typed)
+    def public(*args: P.args, **kwargs: P.kwargs) -> object:
+        answer = typed(*args, **kwargs)
+        return map(as_json, answer) if stream else as_json(answer)
+
+    public.typed = typed
+    return public
+
+
+@answers_json
 def next_token_distribution(
     text: str,
     k: int = 10,
@@ -277,7 +310,7 @@ def next_token_distribution(
     caret: int | None = None,
     min_p: float = 0.0,
     sampling: Sampling | None = None,
-) -> list[dict]:
+) -> list[NextToken]:
     """The k next tokens after `text`, ranked by p_final, then p_base.
 
     Each entry: {"token_id", "token", "prob" (p_base: the plain softmax), "logprob",
@@ -309,10 +342,11 @@ def next_token_distribution(
     ))
 
 
+@answers_json
 def token_probabilities(
     text: str, k: int = 5, *, session: str = "default", model_name: str | None = None,
     messages: list[dict] | None = None, partial: bool = True,
-) -> dict:
+) -> TokenScores:
     """Each token of `text` as the model saw it: how likely it was given everything before it.
 
     Returns {"model", "context_tokens", "reused_tokens", "truncated_tokens", "tokens": [{"token_id",
@@ -338,17 +372,18 @@ def token_probabilities(
     common = _common(text, session, model_name, messages)
     request = ScoresRequest(**common, k=_check_int("k", k, 1, MAX_ALTERNATIVES))
     result = _backend.scores(request)
-    while not partial and "partial" in result:  # the read goes on in the background: asked again until it is done
+    while not partial and result.partial is not None:  # the read goes on in the background: asked until it is done
         time.sleep(PARTIAL_POLL_SECONDS)
         result = _backend.scores(request)
     return result
 
 
+@answers_json
 def attribution(
     text: str, target_token_id: int | None = None, method: str = "input_x_gradient", steps: int = 16,
     window: int = 512, *, session: str = "default", model_name: str | None = None, messages: list[dict] | None = None,
     at_token: int | None = None,
-) -> dict:
+) -> Attribution:
     """Why the model expects a token after `text`: each token's share of log p(target | text).
 
     `target_token_id`: the next token to explain (None: the model's first choice by p_base). Methods
@@ -363,15 +398,16 @@ def attribution(
     the tokens before it exactly as the text has them (a prefix re-tokenised could split otherwise).
     Runs in-process only.
     """
-    return last(attribution_stream(text, target_token_id, method, steps, window, session=session,
+    return last(attribution_stream.typed(text, target_token_id, method, steps, window, session=session,
                                    model_name=model_name, messages=messages, at_token=at_token))
 
 
+@answers_json
 def attribution_stream(
     text: str, target_token_id: int | None = None, method: str = "input_x_gradient", steps: int = 16,
     window: int = 512, *, session: str = "default", model_name: str | None = None, messages: list[dict] | None = None,
     at_token: int | None = None,
-) -> Iterator[dict]:
+) -> Iterator[AttributionProgress | Attribution]:
     """`attribution`, with progress: {"done": k, "of": n} after each of its n passes over the window
     (integrated gradients takes several), then the result."""
     common = _common(text, session, model_name, messages)
@@ -401,6 +437,7 @@ def _check_at_token(at_token: object, text: str, messages: Messages | None, mode
     return at_token
 
 
+@answers_json
 def lookahead(
     text: str,
     n_branches: int = 5,
@@ -426,7 +463,7 @@ def lookahead(
     caret: int | None = None,
     min_p: float = 0.0,
     sampling: Sampling | None = None,
-) -> dict:
+) -> Suggestions:
     """The `n_branches` best next tokens after `text` (by p_final), each continued to `depth` tokens.
 
     Branches continue greedily (`branch_mode="greedy"`: the best token by p_final) or by
@@ -483,6 +520,7 @@ def lookahead(
     return _backend.lookahead(request, precompute, partial, yielding)
 
 
+@answers_json
 def compare(
     text: str,
     models: list[str],
@@ -503,7 +541,7 @@ def compare(
     frequency_penalty: float = 0.0,
     min_p: float = 0.0,
     sampling: Sampling | None = None,
-) -> dict:
+) -> ModelComparison:
     """Two models on one text: where they agree and where they part, token by token, and what each would write next.
 
     `models`: the two models' names, a then b. Returns {"models", "per" ("token", or "word" where the two
@@ -546,11 +584,12 @@ def _check_models(models: object) -> tuple[str, str]:
     return tuple(models)
 
 
+@answers_json
 def generate_stream(
     text: str, max_new_tokens: int = 64, method: str = "lookahead", *, session: str = "default",
     model_name: str | None = None, messages: list[dict] | None = None, constraint: dict | None = None,
     stop: list[str] | None = None, caret: int | None = None,
-) -> Iterator[dict]:
+) -> Iterator[Continuation]:
     """`generate`'s result after every forward pass, growing, for streaming into the UI."""
     common, _ = _at_caret(text, caret, session, model_name, messages, constraint)
     request = GenerateRequest(
@@ -567,11 +606,12 @@ def generate_stream(
     yield from _backend.generate(request)
 
 
+@answers_json
 def generate(
     text: str, max_new_tokens: int = 64, method: str = "lookahead", *, session: str = "default",
     model_name: str | None = None, messages: list[dict] | None = None, constraint: dict | None = None,
     stop: list[str] | None = None, caret: int | None = None,
-) -> dict:
+) -> Continuation:
     """Continue `text` greedily by up to `max_new_tokens` tokens (stopping after EOS).
 
     method "greedy" is the plain cached loop; "lookahead" returns exactly the same tokens
@@ -588,5 +628,5 @@ def generate(
     `caret` (a character offset into `text`; None: its end): continue `text[:caret]`, "text" being what to insert
     at the caret (the text after it is not read).
     """
-    return last(generate_stream(text, max_new_tokens, method, session=session, model_name=model_name,
+    return last(generate_stream.typed(text, max_new_tokens, method, session=session, model_name=model_name,
                                 messages=messages, constraint=constraint, stop=stop, caret=caret))

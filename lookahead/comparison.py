@@ -18,6 +18,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from lookahead.chat import as_dicts, context_ids
 from lookahead.context import ScoredText
+from lookahead.outputs import Branch, ComparedToken, ComparedWord, ModelComparison, NextCompared, NextToken, ScoredToken
 from lookahead.prefix_cache import common_prefix_length
 from lookahead.requests import CompareRequest, DistributionRequest, LookaheadRequest, ScoresRequest
 from lookahead.results import text_token_places
@@ -107,26 +108,26 @@ def _resumed(kept: Comparison | None, ids: list[int]) -> tuple[int, torch.Tensor
     return shared - 1, None, kept.caches
 
 
-def compared_tokens(listings: tuple[list[dict], list[dict]], js: list[float | None],
-                    tops: list[list[str] | None]) -> list[dict]:
+def compared_tokens(listings: tuple[list[ScoredToken], list[ScoredToken]], js: list[float | None],
+                    tops: list[list[str] | None]) -> list[ComparedToken]:
     """One entry per token of the text, from both models' token_probabilities listings (one tokenizer: the same
     tokens), the divergence before each and what each model would have written there instead (its first choice)."""
-    return [{"token_id": a["token_id"], "token": a["token"], "start": a["start"], "end": a["end"],
-             "logprob": [a["logprob"], b["logprob"]], "rank": [a["rank"], b["rank"]], "js": divergence, "top": top}
+    return [ComparedToken(a.token_id, a.token, a.start, a.end, [a.logprob, b.logprob], [a.rank, b.rank], divergence,
+                          top)
             for a, b, divergence, top in zip(*listings, js, tops)]
 
 
-def word_units(text: str, listings: tuple[list[dict], list[dict]]) -> list[dict]:
+def word_units(text: str, listings: tuple[list[ScoredToken], list[ScoredToken]]) -> list[ComparedWord]:
     """The text in words whose log-probability both tokenizers give: a word ends where whitespace follows and both
     models' tokens end too, so each unit is whole tokens under both, and its log-probability (the sum of its
     tokens', None if one has none) does not depend on how either model cut it up."""
-    ends = [{token["end"] for token in listing} for listing in listings]
+    ends = [{token.end for token in listing} for listing in listings]
     boundaries = [i for i in range(1, len(text) + 1)
                   if (i == len(text) or text[i].isspace() and not text[i - 1].isspace()) and all(i in e for e in ends)]
     units, start = [], 0
     for end in boundaries:
-        sums = [_summed([t["logprob"] for t in listing if start < t["end"] <= end]) for listing in listings]
-        units.append({"start": start, "end": end, "text": text[start:end], "logprob": sums})
+        sums = [_summed([t.logprob for t in listing if start < t.end <= end]) for listing in listings]
+        units.append(ComparedWord(start, end, text[start:end], sums))
         start = end
     return units
 
@@ -167,9 +168,9 @@ def at_tokens(scored: ScoredText, text_length: int, js: torch.Tensor, top: torch
             [[spell(int(top[m, place])) for m in range(2)] if ok else None for place, ok in zip(places, known)])
 
 
-def comparison_result(request: CompareRequest, listings: tuple[list[dict], list[dict]], distributions: list[list[dict]],
-                      branches: list[list[dict]], js_over: int | None,
-                      compared: tuple[list[float | None], list[list[str] | None], float] | None) -> dict:
+def comparison_result(request: CompareRequest, listings: tuple[list[ScoredToken], list[ScoredToken]],
+                      distributions: list[list[NextToken]], branches: list[list[Branch]], js_over: int | None,
+                      compared: tuple[list[float | None], list[list[str] | None], float] | None) -> ModelComparison:
     """compare's answer. `js_over`: how many top log-probabilities per model and position the divergences come from
     (None: the whole vocabulary); `compared`: the divergence before each token and each model's first choice there
     (`at_tokens`), and the divergence at the caret, where both models read the same token ids (None: they do not, and
@@ -179,5 +180,5 @@ def comparison_result(request: CompareRequest, listings: tuple[list[dict], list[
     else:
         js, tops, next_js = compared
         per, tokens, words = "token", compared_tokens(listings, js, tops), None
-    return {"models": list(request.models), "per": per, "js_over": js_over, "tokens": tokens, "words": words,
-            "next": {"distributions": distributions, "js": next_js}, "branches": branches}
+    return ModelComparison(list(request.models), per, js_over, tokens, words, NextCompared(distributions, next_js),
+                           branches)

@@ -1,7 +1,7 @@
-"""The result dicts every backend returns, built from what the model said.
+"""The answers every backend returns (lookahead/outputs.py), built from what the model said.
 
-Both backends (the model in this process, a vLLM server) end in these functions, so a caller
-gets the same keys, in the same order, from either; only the numbers' source differs.
+Every backend (the model in this process, a server) ends in these functions, so a caller gets the same answer
+from either; only the numbers' source differs.
 """
 
 from __future__ import annotations
@@ -9,12 +9,24 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Collection, Iterable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from lookahead.healing import token_texts
+from lookahead.outputs import (
+    Alternative,
+    AttributedToken,
+    Branch,
+    Continuation,
+    ForcedTokens,
+    LeadTokens,
+    NextToken,
+    ScoredToken,
+    TokenScores,
+)
 from lookahead.sampling import ranked
 from lookahead.scoring import Scores, token_spans, unscored
 
@@ -35,42 +47,34 @@ MAX_LEAD_TOKENS = 3
 MAX_CANDIDATES_PER_BRANCH = 4
 
 
-def last(results: Iterable[dict]) -> dict:
-    """The last of a stream of growing results (a whole answer from a streaming call)."""
-    result: dict = {}
-    for result in results:
-        pass
-    return result
-
-
-def lead_token(distribution: list[dict], stops: Collection[int], lead: tuple[int, ...]) -> dict | None:
+def lead_token(distribution: list[NextToken], stops: Collection[int], lead: tuple[int, ...]) -> NextToken | None:
     """The distribution's first entry if the model writes it all but certainly (LEAD_PROB), so that the branches
     should fork after it; None where the next token is a real choice (or ends the text), or MAX_LEAD_TOKENS lead
     already."""
     if len(lead) >= MAX_LEAD_TOKENS or not distribution:
         return None
     top = distribution[0]
-    certain = top["prob"] >= LEAD_PROB and top["p_final"] >= LEAD_PROB and top.get("valid", True)
-    return top if certain and top["token_id"] not in stops else None
+    certain = top.prob >= LEAD_PROB and top.p_final >= LEAD_PROB and top.valid
+    return top if certain and top.token_id not in stops else None
 
 
 def lead_entry(forced: list[int], lead: tuple[int, ...], probs: tuple[float, ...], healed: str,
-               tokenizer: PreTrainedTokenizerBase) -> dict | None:
+               tokenizer: PreTrainedTokenizerBase) -> LeadTokens | None:
     """What the model all but certainly writes before the branches' first choice (None: nothing): its tokens (the
     last of `forced`, after those a constraint forces), their text, and their probability together."""
     if not lead:
         return None
     before = tokenizer.decode(forced[: len(forced) - len(lead)], clean_up_tokenization_spaces=False)
     whole = tokenizer.decode(forced, clean_up_tokenization_spaces=False)
-    return {"token_ids": list(lead), "text": whole[max(len(before), len(healed)):], "prob": math.prod(probs)}
+    return LeadTokens(list(lead), whole[max(len(before), len(healed)):], math.prod(probs))
 
 
-def forced_entry(forced: list[int], healed: str, tokenizer: PreTrainedTokenizerBase) -> dict | None:
+def forced_entry(forced: list[int], healed: str, tokenizer: PreTrainedTokenizerBase) -> ForcedTokens | None:
     """What a constraint wrote by itself after the text before the branches' first choice (None: nothing):
     its tokens, and their text (healing's backed-up whitespace, part of the text already, left out)."""
     if not forced:
         return None
-    return {"token_ids": forced, "text": tokenizer.decode(forced, clean_up_tokenization_spaces=False)[len(healed):]}
+    return ForcedTokens(forced, tokenizer.decode(forced, clean_up_tokenization_spaces=False)[len(healed):])
 
 
 def context_info(model: str, device: str, n_tokens: int, reused: int, dropped: int, healed: str) -> dict:
@@ -94,7 +98,7 @@ def context_info(model: str, device: str, n_tokens: int, reused: int, dropped: i
 def distribution_entries(
     logprobs: torch.Tensor, final_logprobs: torch.Tensor, k: int, tokenizer: PreTrainedTokenizerBase,
     ids: list[int] | None = None, valid: torch.Tensor | None = None,
-) -> list[dict]:
+) -> list[NextToken]:
     """Entries for the k next tokens ranked by p_final, then p_base (or for the given `ids`).
 
     `logprobs` (vocab,) is log p_base, `final_logprobs` (vocab,) log p_final (-inf where cut),
@@ -104,11 +108,8 @@ def distribution_entries(
     chosen, p_final = logprobs[ids], final_logprobs[ids].exp()
     allowed = [True] * len(ids) if valid is None else valid[ids].tolist()
     texts = tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False)
-    return [
-        {"token_id": i, "token": t, "prob": float(lp.exp()), "logprob": float(lp), "p_final": float(pf),
-         "kept": bool(pf > 0), "valid": bool(ok)}
-        for i, t, lp, pf, ok in zip(ids, texts, chosen, p_final, allowed)
-    ]
+    return [NextToken(i, t, float(lp.exp()), float(lp), float(pf), bool(pf > 0), bool(ok))
+            for i, t, lp, pf, ok in zip(ids, texts, chosen, p_final, allowed)]
 
 
 def through_first(sequence: list[int], stops: Collection[int]) -> list[int]:
@@ -142,10 +143,10 @@ HALF_CHARACTER = "\ufffd"  # what a token sequence that ends inside a character'
 
 
 def branch_entries(
-    sequences: list[list[int]], stops: Collection[int], firsts: list[dict], healed: str,
+    sequences: list[list[int]], stops: Collection[int], firsts: list[NextToken], healed: str,
     tokenizer: PreTrainedTokenizerBase, stop: tuple[str, ...] = (), fits: list[float] | None = None,
-) -> list[dict]:
-    """Each branch's dict: its tokens through the first stop, the text to append, its first token's p, and its
+) -> list[Branch]:
+    """Each branch: its tokens through the first stop, the text to append, its first token's p, and its
     fit with the text after the caret (`fits`, None without one; a branch that ends has none).
 
     A stop string ends a branch too: its text is cut before the string, its tokens run through the
@@ -154,7 +155,7 @@ def branch_entries(
     text are one, the likeliest, with their probabilities summed: one text reached through other tokenizations
     is no other choice.
     """
-    branches: list[dict] = []
+    branches: list[Branch] = []
     fits = fits or [None] * len(sequences)
     for seq, first, fit in zip((through_first(seq, stops) for seq in sequences), firsts, fits):
         end = seq[-1] in stops
@@ -168,20 +169,19 @@ def branch_entries(
             seq = next(seq[:n] for n in range(1, len(seq) + 1)
                        if len(tokenizer.decode(seq[:n], clean_up_tokenization_spaces=False)) - len(healed) >= reach)
             text, end = text[:cut], False
-        same = next((branch for branch in branches if branch["text"] == text), None)
+        same = next((n for n, branch in enumerate(branches) if branch.text == text), None)
         if same is not None:
-            same["prob"] += first["prob"]
-            same["p_final"] += first["p_final"]
+            branches[same] = replace(branches[same], prob=branches[same].prob + first.prob,
+                                     p_final=branches[same].p_final + first.p_final)
             continue
-        branches.append({"token_ids": seq, "text": text, "prob": first["prob"], "p_final": first["p_final"],
-                         "ends": end, "stop": stopped, "fit": None if end or stopped else fit})
+        branches.append(Branch(seq, text, first.prob, first.p_final, end, stopped, None if end or stopped else fit))
     return branches
 
 
 def token_entries(
     rows: Scores, k: int, tokenizer: PreTrainedTokenizerBase, offsets: list[tuple[int, int]], special: list[int],
-    text_start: int, text_length: int, earlier: tuple[list[dict], int] = ([], 0),
-) -> list[dict]:
+    text_start: int, text_length: int, earlier: tuple[list[ScoredToken], int] = ([], 0),
+) -> list[ScoredToken]:
     """The entries of the tokens that are the text's (offsets into the tokenized string, whose text
     begins at `text_start`).
 
@@ -204,34 +204,33 @@ def token_entries(
             continue
         start, end = next(spans)
         if position < shared and len(entries) < len(previous) and (
-                previous[len(entries)]["start"], previous[len(entries)]["end"]) == (start, end):
-            entries.append(dict(previous[len(entries)]))
+                previous[len(entries)].start, previous[len(entries)].end) == (start, end):
+            entries.append(previous[len(entries)])
             continue
         scored = not math.isnan(logprob)
         outside = not scored and rank > 0  # a server returned the rank - 1 likeliest tokens here, not this one
-        entries.append({
-            "token_id": token_id, "token": vocabulary[token_id] if token_id < n else "", "start": start, "end": end,
-            "prob": prob if scored else None, "logprob": logprob if scored else None,
-            "rank": rank if scored else None, "entropy": entropy if scored or outside else None,
-            "alternatives": [{"token_id": i, "token": vocabulary[i] if i < n else "", "prob": q}
-                             for i, q in zip(top_ids, top_probs) if i >= 0] if scored or outside else None,
-            **({"rank_above": rank - 1} if outside else {}),
-        })
+        entries.append(ScoredToken(
+            token_id, vocabulary[token_id] if token_id < n else "", start, end,
+            prob if scored else None, logprob if scored else None, rank if scored else None,
+            entropy if scored or outside else None,
+            tuple(Alternative(i, vocabulary[i] if i < n else "", q)
+                  for i, q in zip(top_ids, top_probs) if i >= 0) if scored or outside else None,
+            rank - 1 if outside else None,
+        ))
     return entries
 
 
 def scores_result(
     model: str, scored: ScoredText, rows: Scores, reused: int, k: int, tokenizer: PreTrainedTokenizerBase,
-    text_length: int, earlier: tuple[list[dict], int] = ([], 0),
-) -> dict:
+    text_length: int, earlier: tuple[list[ScoredToken], int] = ([], 0),
+) -> TokenScores:
     """token_probabilities' answer from the window's score rows (the tokens before the window: unscored)."""
     encoding = scored.encoding
     if scored.dropped:
         rows = unscored(torch.tensor(encoding["input_ids"][: scored.dropped])).then(rows)
     tokens = token_entries(rows, k, tokenizer, encoding["offset_mapping"], encoding["special_tokens_mask"],
                            scored.text_start, text_length, earlier)
-    return {"model": model, "context_tokens": len(scored.ids), "reused_tokens": reused,
-            "truncated_tokens": scored.dropped, "tokens": tokens}
+    return TokenScores(model, len(scored.ids), reused, scored.dropped, tokens)
 
 
 def text_tokens(
@@ -253,16 +252,16 @@ def text_token_places(encoding: dict, text_start: int, text_length: int) -> list
 def attribution_entries(
     ids: list[int], scores: list[float | None], tokenizer: PreTrainedTokenizerBase, offsets: list[tuple[int, int]],
     special: list[int], text_start: int, text_length: int,
-) -> list[dict]:
+) -> list[AttributedToken]:
     """The text's tokens with their share of the attribution (None: before the window), spans as token_entries'."""
     listed, spans = text_tokens(offsets, special, text_start, text_length)
     vocabulary = token_texts(tokenizer)
     chosen = [(token, score) for token, score, ok in zip(ids, scores, listed) if ok]
-    return [{"token_id": token, "token": vocabulary[token] if token < len(vocabulary) else "", "start": start,
-             "end": end, "score": score} for (token, score), (start, end) in zip(chosen, spans)]
+    return [AttributedToken(token, vocabulary[token] if token < len(vocabulary) else "", start, end, score)
+            for (token, score), (start, end) in zip(chosen, spans)]
 
 
-class Continuation:
+class GrowingContinuation:
     """A growing greedy continuation, as `generate` reports it after every forward pass."""
 
     def __init__(
@@ -276,7 +275,8 @@ class Continuation:
         self.accepted: list[int] = []
         self.text = ""
 
-    def follow(self, passes: Iterable[tuple[list[int], list[str]]], time_limit: float | None) -> Iterator[dict]:
+    def follow(self, passes: Iterable[tuple[list[int], list[str]]], time_limit: float | None
+               ) -> Iterator[Continuation]:
         """The result after each pass of (tokens, their sources); stops once `time_limit` seconds have passed."""
         start = time.perf_counter()
         for tokens, sources in passes:
@@ -307,22 +307,22 @@ class Continuation:
         self.sources += sources
         self.accepted.append(len(tokens))
 
-    def result(self, seconds: float, stopped_for_time: bool) -> dict:
-        return {
-            "text": self.text,
-            "token_ids": list(self.token_ids),
-            "token_texts": list(self.pieces),
-            "forward_passes": len(self.accepted),
-            "tokens_per_pass": len(self.token_ids) / max(1, len(self.accepted)),
-            "seconds": seconds,
-            "accepted_per_pass": list(self.accepted),
-            "draft_source_per_token": list(self.sources),
-            "method": self.method,
-            "model": self.model,
-            "truncated_tokens": self.dropped,
-            "stopped_for_time": stopped_for_time,
-            "stop": self.stopped_by,
-        }
+    def result(self, seconds: float, stopped_for_time: bool) -> Continuation:
+        return Continuation(
+            text=self.text,
+            token_ids=list(self.token_ids),
+            token_texts=list(self.pieces),
+            forward_passes=len(self.accepted),
+            tokens_per_pass=len(self.token_ids) / max(1, len(self.accepted)),
+            seconds=seconds,
+            accepted_per_pass=list(self.accepted),
+            draft_source_per_token=list(self.sources),
+            method=self.method,
+            model=self.model,
+            truncated_tokens=self.dropped,
+            stopped_for_time=stopped_for_time,
+            stop=self.stopped_by,
+        )
 
 
 def _trimmed(pieces: list[str], length: int) -> list[str]:

@@ -121,7 +121,7 @@ class Speculator:
         with self._lock:
             self._running -= 1
 
-    def claim(self, key: Hashable, answer: tuple) -> dict | None:
+    def claim(self, key: Hashable, answer: tuple) -> object | None:
         """Install a ready answer's KV into the session's cache; its result, or None if the session moved on."""
         base_ids, (ids, new_kv, continuations, scores), result = answer
         if not self.store.install(key, base_ids, ids, new_kv, continuations, scores):

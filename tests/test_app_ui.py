@@ -1,6 +1,7 @@
 """The UI's own logic, without a browser."""
 
 import json
+import math
 import re
 from types import SimpleNamespace
 
@@ -8,17 +9,35 @@ import gradio as gr
 import pytest
 
 from history import History
+from lookahead.outputs import (
+    Alternative,
+    AttributedToken,
+    Attribution,
+    Branch,
+    ComparedToken,
+    ComparedWord,
+    ForcedTokens,
+    LeadTokens,
+    ModelComparison,
+    NextCompared,
+    NextToken,
+    ScoredToken,
+    Suggestions,
+    Target,
+    TokenScores,
+)
 from lookahead.sampling import Sampling
 from ui.chat import awaiting_user, messages_for, with_user_message
 from ui.controls import Draft
 from ui.errors import handled
+from ui.heatmap import Listing
 from ui.insertion import caret_in, joined
 from ui.panels.chat import send_reply, send_user_message, switch_mode
 from ui.panels.constrain import constrain, restore_constraint, unconstrain
 from ui.panels.history import KeptSettings, import_history, move, restore
 from ui.panels.sampling import apply_preset, matching_preset
 from ui.panels.suggestions import (
-    Suggestions,
+    OnScreen,
     force_token,
     ordered_by_fit,
     suggest_at_moved_caret,
@@ -39,9 +58,22 @@ def test_whitespace_is_made_visible():
     assert visible(" a\n\tb") == "␣a↵⇥b"
 
 
-def entry(token_id: int, token: str, prob: float, p_final: float | None = None) -> dict:
+def entry(token_id: int, token: str, prob: float, p_final: float | None = None, valid: bool = True) -> NextToken:
     p_final = prob if p_final is None else p_final
-    return {"token_id": token_id, "token": token, "prob": prob, "p_final": p_final, "kept": p_final > 0}
+    return NextToken(token_id, token, prob, 0.0, p_final, p_final > 0, valid)
+
+
+def branch(text: str, token_ids: list[int], prob: float, **fields) -> Branch:
+    return Branch(**{"token_ids": token_ids, "text": text, "prob": prob, "p_final": prob, "ends": False,
+                     "stop": None, "fit": None, **fields})
+
+
+def answer(**fields) -> Suggestions:
+    """Suggestions as an engine answers them, with these fields."""
+    return Suggestions(**{
+        "model": "m", "device": "cpu", "context_tokens": 0, "reused_tokens": 0, "truncated_tokens": 0,
+        "healed_whitespace": "", "notice": "", "partial": None, "sampling": Sampling(), "branch_mode": "greedy",
+        "seed": 0, "distribution": [], "forced": None, "lead": None, "branches": [], **fields})
 
 
 def test_plot_shows_p_base_and_p_final_for_top_tokens_and_the_rest_as_other():
@@ -78,16 +110,10 @@ def test_plot_says_what_a_constraint_writes_before_the_choice_it_shows():
     assert "writes" not in distribution_plot([entry(1, " France", 0.5)])
 
 
-def shown(text: str, caret: int | None = None, **extra) -> Suggestions:
-    result = {
-        "branches": [{"text": " sat", "token_ids": [1, 2], "prob": 0.5},
-                     {"text": " ran", "token_ids": [3], "prob": 0.2}],
-        "distribution": [{"token_id": 7, "token": " dog", "prob": 0.1},
-                         {"token_id": 8, "token": "\ufffd", "prob": 0.1}],
-        "sampling": {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "repetition_penalty": 1.0},
-        "branch_mode": "greedy", "seed": 0, "healed_whitespace": "", "model": "m",
-    }
-    return Suggestions(text, {**result, **extra}, caret)
+def shown(text: str, caret: int | None = None, **extra) -> OnScreen:
+    result = answer(branches=[branch(" sat", [1, 2], 0.5), branch(" ran", [3], 0.2)],
+                    distribution=[entry(7, " dog", 0.1), entry(8, "\ufffd", 0.1)], **extra)
+    return OnScreen(text, result, caret)
 
 
 def test_a_branch_is_appended_to_the_text_its_suggestions_were_made_for():
@@ -100,7 +126,7 @@ def test_a_branch_is_appended_to_the_text_its_suggestions_were_made_for():
         take_branch(5, shown("The cat"), h)
 
 
-def token_click(text: str, suggestions: Suggestions, history: History, token_id: int) -> dict:
+def token_click(text: str, suggestions: OnScreen, history: History, token_id: int) -> dict:
     """A click on a plot token, with the suggestions on screen made for the box's text (nothing to compute)."""
     return force_token(Draft(text, "", ""), suggestions, history, None, SimpleNamespace(token_id=token_id), None)
 
@@ -115,7 +141,7 @@ def test_forcing_appends_the_clicked_token_and_refuses_broken_characters():
         with pytest.raises(gr.Error):
             token_click("The cat dog", shown("The cat dog"), h, token_id)
     # a constraint wrote " sat," by itself before the choice the plot shows: a click writes both
-    forced = shown("The cat ", healed_whitespace=" ", forced={"token_ids": [5, 6], "text": "sat,"})
+    forced = shown("The cat ", healed_whitespace=" ", forced=ForcedTokens([5, 6], "sat,"))
     h = History.start("The cat ", "m")
     text, h = at(token_click("The cat ", forced, h, 7), "text_box", "history_state")
     assert text == "The cat sat, dog" and h.nodes[-1].token_ids == [5, 6, 7]
@@ -187,9 +213,9 @@ def test_the_caret_the_page_sends():
     assert first_word(", and then") == "," and first_word("  ") == "  "
     marker = caret_marker(DRAFT, DRAFT.index(" slept"))
     assert "The cat 🐈<mark" in marker and "▌</mark> slept. Then it woke." in marker and caret_marker(DRAFT, None) == ""
-    branches = [{"text": "a", "fit": -0.5}, {"text": "b", "fit": None}, {"text": "c", "fit": 0.25}]
-    assert [b["text"] for b in ordered_by_fit(branches)] == ["c", "a", "b"]
-    assert branch_label({"text": " sat", "prob": 0.5, "fit": 0.123}).endswith("fit +0.12")
+    branches = [branch("a", [1], 0.1, fit=-0.5), branch("b", [2], 0.1), branch("c", [3], 0.1, fit=0.25)]
+    assert [b.text for b in ordered_by_fit(branches)] == ["c", "a", "b"]
+    assert branch_label(branch(" sat", [1], 0.5, fit=0.123)).endswith("fit +0.12")
 
 
 def test_undo_and_redo_walk_the_tree_and_say_when_there_is_nowhere_to_go():
@@ -254,13 +280,13 @@ def test_presets_round_trip_through_the_controls():
 
 
 def test_a_cut_branch_says_so():
-    assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.0}).endswith("cut")
-    assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.5}).endswith("50%")
-    lead = {"text": " stairs of the", "token_ids": [1, 2, 3], "prob": 0.92}
-    assert branch_label({"text": " stairs of the old", "prob": 0.9}, lead) == "…␣old  ·  90%", "the choice, after …"
-    assert branch_label({"text": "The keeper", "prob": 0.2}, {"text": "", "token_ids": [4], "prob": 0.99}).startswith(
+    assert branch_label(branch(" x", [1], 0.2, p_final=0.0)).endswith("cut")
+    assert branch_label(branch(" x", [1], 0.2, p_final=0.5)).endswith("50%")
+    lead = LeadTokens([1, 2, 3], " stairs of the", 0.92)
+    assert branch_label(branch(" stairs of the old", [1], 0.9), lead) == "…␣old  ·  90%", "the choice, after …"
+    assert branch_label(branch("The keeper", [1], 0.2), LeadTokens([4], "", 0.99)).startswith(
         "The␣keeper"), "a lead that only completes the text's whitespace writes nothing to leave out"
-    assert branch_label({"text": " x", "prob": 0.2, "p_final": 0.5, "stop": ","}).startswith("␣x✂")
+    assert branch_label(branch(" x", [1], 0.2, p_final=0.5, stop=",")).startswith("␣x✂")
 
 
 def test_the_constrain_panel_builds_the_apis_constraint_and_stop_strings():
@@ -412,15 +438,19 @@ def test_handlers_turn_failures_into_messages_and_log_only_bugs(caplog):
         "a bug is logged with its traceback"
 
 
-def scored(pieces: list[str], probs: list[float | None]) -> tuple[str, dict]:
-    """A text and a token_probabilities-like result for it."""
+def scored(pieces: list[str], probs: list[float | None]) -> tuple[str, Listing]:
+    """A text and a token_probabilities-like listing of it."""
     tokens, start = [], 0
     for i, (piece, prob) in enumerate(zip(pieces, probs)):
-        tokens.append({"token_id": i, "token": piece, "start": start, "end": start + len(piece), "prob": prob,
-                       "rank": 1 if prob is None or prob > 0.5 else 7, "entropy": 1.0,
-                       "alternatives": None if prob is None else [{"token_id": 99, "token": " x", "prob": 0.6}]})
+        tokens.append(ScoredToken(i, piece, start, start + len(piece), prob, None if prob is None else math.log(prob),
+                                  1 if prob is None or prob > 0.5 else 7, 1.0,
+                                  None if prob is None else (Alternative(99, " x", 0.6),)))
         start += len(piece)
-    return "".join(pieces), {"model": "m", "tokens": tokens}
+    return "".join(pieces), Listing("m", tokens)
+
+
+def compared(token: ScoredToken, logprob: list, js: float | None, top: list | None) -> ComparedToken:
+    return ComparedToken(token.token_id, token.token, token.start, token.end, logprob, [None, None], js, top)
 
 
 def test_the_heatmap_is_sent_whole_once_then_from_the_first_token_that_changed():
@@ -461,17 +491,16 @@ def test_numbers_read_the_same_way_everywhere():
     assert [times(r) for r in (3_121_010, 12_400, 240.4, 2.46)] == ["3.1M×", "12k×", "240×", "2.5×"]
     plot = distribution_plot([entry(1, " the", 0.999, 0.999), entry(2, " a", 1.3e-07, 1.3e-07)])
     assert "< 0.01%" in plot and "e-0" not in plot
-    assert branch_label({"text": " a", "prob": 2e-6}).endswith("< 0.01%")
+    assert branch_label(branch(" a", [1], 2e-6)).endswith("< 0.01%")
 
 
 def test_why_shows_the_explained_window_and_why_its_probability_differs_from_the_plots():
     from ui.render import attribution_view
 
     text = "one two three four"
-    tokens = [{"token": t, "start": s, "end": s + len(t), "score": score}
-              for t, s, score in [("one", 0, None), (" two", 3, None), (" three", 7, 0.7), (" four", 13, 0.3)]]
-    result = {"tokens": tokens, "target": {"token": " five", "token_id": 5, "prob": 0.374},
-              "method": "input_x_gradient", "window_tokens": 2}
+    tokens = [AttributedToken(i, t, s, s + len(t), score) for i, (t, s, score)
+              in enumerate([("one", 0, None), (" two", 3, None), (" three", 7, 0.7), (" four", 13, 0.3)])]
+    result = Attribution(Target(5, " five", 0.374), "input_x_gradient", 1, 2, 2, tokens)
     view = attribution_view(text, result, shown_prob=0.281)
     assert "⋯ 2 earlier tokens, outside the explained window" in view and ">one<" not in view
     assert "last <b>2 tokens</b>" in view and "37.4%" in view and "the plot's 28.1% reads the whole text" in view
@@ -482,7 +511,7 @@ def test_a_token_outside_the_servers_top_n_is_striped_and_said_to_be_below_them_
     from ui.heatmap import heatmap_view
 
     text, result = scored(["The", " cat", " sat"], [None, 0.2, 0.7])
-    result["tokens"][1].update(prob=None, logprob=None, rank=None, rank_above=20)
+    result.tokens[1] = result.tokens[1]._replace(prob=None, logprob=None, rank=None, rank_above=20)
     for mode in ("probability", "rank"):
         view = heatmap_view(text, result, mode, 10)
         assert 'class="tk bo"' in view
@@ -496,17 +525,18 @@ def test_a_comparison_colours_each_token_by_where_the_models_part_and_lists_wher
     from ui.heatmap import PARTING, PREFERENCE, bucket, heatmap_view, partings, with_comparison
 
     text, result = scored(["The", " cat", " sat"], [None, 0.2, 0.7])
-    tokens = [{"logprob": [None, None], "js": None, "top": None},
-              {"logprob": [math.log(0.2), math.log(0.8)], "js": 0.6, "top": [" dog", " cat"]},
-              {"logprob": [math.log(0.7), math.log(0.7)], "js": 0.001, "top": [" sat", " sat"]}]
-    comparison = {"models": ["m", "/models/other"], "per": "token", "tokens": tokens, "words": None}
-    second = {"tokens": [{**t, "alternatives": [{"token_id": 5, "token": " y", "prob": 0.5}]}
-                         for t in result["tokens"]]}
-    merged = with_comparison(result, comparison, second)
-    assert [bucket(t, PARTING) for t in merged["tokens"]] == [None, 0, 4]
-    assert bucket(merged["tokens"][1], PREFERENCE) == 0, "the second model finds ' cat' 4x likelier: 2 bits"
-    assert merged["tokens"][1]["compared"]["log2_ratio"] == pytest.approx(2.0)
-    assert [p["text"] for p in partings(merged["places"], PARTING)] == [" cat", " sat"]
+    tokens = [compared(t, logprob, js, top) for t, (logprob, js, top) in zip(result.tokens, [
+        ([None, None], None, None), ([math.log(0.2), math.log(0.8)], 0.6, [" dog", " cat"]),
+        ([math.log(0.7), math.log(0.7)], 0.001, [" sat", " sat"])])]
+    comparison = ModelComparison(["m", "/models/other"], "token", None, tokens, None, NextCompared([], None), [])
+    second = TokenScores("/models/other", 3, 0, 0, [t._replace(alternatives=(Alternative(5, " y", 0.5),))
+                                                   for t in result.tokens])
+    merged = with_comparison(TokenScores("m", 3, 0, 0, result.tokens), comparison, second)
+    assert [bucket(t, PARTING, merged.second(i)) for i, t in enumerate(merged.tokens)] == [None, 0, 4]
+    assert bucket(merged.tokens[1], PREFERENCE, merged.second(1)) == 0, \
+        "the second model finds ' cat' 4x likelier: 2 bits"
+    assert merged.second(1).log2_ratio == pytest.approx(2.0)
+    assert [p.text for p in partings(merged.places, PARTING)] == [" cat", " sat"]
     view = heatmap_view(text, merged, PARTING, 10)
     assert "Where A (m) and B (other) part most" in view and "A would write &#x27;␣dog&#x27;" in view
     assert "data-b=" in view and "0.600" in view
@@ -518,14 +548,15 @@ def test_compared_per_word_each_token_takes_its_words_log_probability():
     from ui.heatmap import PARTING, PREFERENCE, bucket, with_comparison
 
     text, result = scored(["The", " ca", "t", " sat"], [None, 0.2, 0.9, 0.7])
-    words = [{"start": 0, "end": 3, "text": "The", "logprob": [None, None]},
-             {"start": 3, "end": 7, "text": " cat", "logprob": [math.log(0.18), math.log(0.02)]},
-             {"start": 7, "end": 11, "text": " sat", "logprob": [math.log(0.5), math.log(0.5)]}]
-    merged = with_comparison(result, {"models": ["a", "b"], "per": "word", "tokens": None, "words": words}, None)
-    assert [t["compared"]["log2_ratio"] if t["compared"] else None for t in merged["tokens"]][1:] == pytest.approx(
-        [math.log2(0.02 / 0.18)] * 2 + [0.0])
-    assert bucket(merged["tokens"][1], PARTING) is None, "no divergence per word"
-    assert bucket(merged["tokens"][2], PREFERENCE) == 4, "the first model finds ' cat' 9x likelier"
+    words = [ComparedWord(0, 3, "The", [None, None]),
+             ComparedWord(3, 7, " cat", [math.log(0.18), math.log(0.02)]),
+             ComparedWord(7, 11, " sat", [math.log(0.5), math.log(0.5)])]
+    merged = with_comparison(TokenScores("a", 4, 0, 0, result.tokens),
+                             ModelComparison(["a", "b"], "word", None, None, words, NextCompared([], None), []), None)
+    assert [merged.second(i).log2_ratio if merged.second(i) else None
+            for i in range(len(merged.tokens))][1:] == pytest.approx([math.log2(0.02 / 0.18)] * 2 + [0.0])
+    assert bucket(merged.tokens[1], PARTING, merged.second(1)) is None, "no divergence per word"
+    assert bucket(merged.tokens[2], PREFERENCE, merged.second(2)) == 4, "the first model finds ' cat' 9x likelier"
 
 
 def test_a_second_models_panel_asks_nothing_while_none_is_chosen_or_for_what_it_shows():
@@ -540,7 +571,7 @@ def test_a_second_models_panel_asks_nothing_while_none_is_chosen_or_for_what_it_
     h = History.start("The cat", "m")
     assert suggest_beside(Draft("The cat", "", "0"), None, h, settings, None) == gr.skip()
     chosen = replace(settings, context=replace(settings.context, model_name="other"))
-    already = Suggestions("The cat", {}, None, 1, chosen)
+    already = OnScreen("The cat", answer(), None, 1, chosen)
     assert suggest_beside(Draft("The cat", "", "0"), already, h, chosen, None) == gr.skip()
     assert compare_with("m", "")["beside"] == [gr.update(visible=False)] * 2
     shown_both = compare_with("m", "other")

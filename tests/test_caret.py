@@ -298,20 +298,20 @@ def test_the_page_shows_suggestions_at_a_caret_before_the_heatmap_reads_the_text
     shown_whole = suggest(DRAFT, None, view)["heatmap_state"]  # the heatmap of the whole text, as shown
     view = replace(view, shown=shown_whole)
     caret = CARETS["word end"]
-    branch = suggest(DRAFT, caret, view)["shown_state"].result["branches"][0]["text"]
+    branch = suggest(DRAFT, caret, view)["shown_state"].result.branches[0].text
     inserted, after = DRAFT[:caret] + branch + DRAFT[caret:], caret + len(branch)
     update = suggest(inserted, after, view)
     assert "heatmap" not in update, "the heatmap follows"
     assert held("page at a caret") == tuple(tokenizer(DRAFT)["input_ids"]), "nothing after the caret read yet"
     updates = list(panel.complete_at_caret(inserted, update["shown_state"], settings(view), request))
-    fitted = updates[0]["shown_state"].result["branches"]
+    fitted = updates[0]["shown_state"].result.branches
     expected = cli.lookahead(inserted, session="page reference", caret=after)["branches"]
-    assert [b["fit"] for b in fitted] == pytest.approx([b["fit"] for b in expected], abs=1e-4)
+    assert [b.fit for b in fitted] == pytest.approx([b["fit"] for b in expected], abs=1e-4)
     heatmap = updates[-1]["heatmap_state"]
     assert heatmap.text == inserted
     fresh = cli.token_probabilities(inserted, HEATMAP_ALTERNATIVES, session="page heatmap reference")
-    assert [t["token_id"] for t in heatmap.result["tokens"]] == [t["token_id"] for t in fresh["tokens"]]
-    assert [t["prob"] for t in heatmap.result["tokens"][1:]] == pytest.approx(
+    assert [t.token_id for t in heatmap.result.tokens] == [t["token_id"] for t in fresh["tokens"]]
+    assert [t.prob for t in heatmap.result.tokens[1:]] == pytest.approx(
         [t["prob"] for t in fresh["tokens"][1:]], abs=1e-4)
     again = list(panel.complete_at_caret(inserted, updates[0]["shown_state"], settings(view), request))
     assert ["shown_state" in update for update in again] == [False], "with their fit: the heatmap alone follows"

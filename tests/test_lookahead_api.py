@@ -9,6 +9,7 @@ import torch
 import custom_llm_inference as cli
 from lookahead import branches
 from lookahead.context import WINDOW_STEP, window_start
+from lookahead.outputs import NextToken
 from lookahead.prefix_cache import common_prefix_length
 from lookahead.results import LEAD_PROB, MAX_LEAD_TOKENS, branch_entries
 from reference import assert_matches_reference, reference_lookahead
@@ -143,12 +144,12 @@ def test_branches_that_write_one_text_are_one_and_none_ends_in_half_a_character(
     yes = tokenizer(" yes", add_special_tokens=False)["input_ids"]
     spaced_yes = tokenizer.convert_tokens_to_ids(["Ġ", "yes"])  # the same text in two tokens
     sequences = [yes + [2], spaced_yes + [2], tokenizer(" a", add_special_tokens=False)["input_ids"] + cat[:1]]
-    firsts = [{"prob": 0.5, "p_final": 0.6}, {"prob": 0.2, "p_final": 0.3}, {"prob": 0.1, "p_final": 0.1}]
+    firsts = [NextToken(0, "", prob, 0.0, p_final) for prob, p_final in [(0.5, 0.6), (0.2, 0.3), (0.1, 0.1)]]
     branches = branch_entries(sequences, {2}, firsts, "", tokenizer)
-    assert [b["text"] for b in branches] == [" yes", " a"]
-    assert branches[0]["prob"] == pytest.approx(0.7) and branches[0]["p_final"] == pytest.approx(0.9)
-    assert branches[0]["token_ids"] == yes + [2], "the likeliest tokenization stands for the text"
-    assert branches[1]["token_ids"] == sequences[2][:-1], "the half character is left out"
+    assert [b.text for b in branches] == [" yes", " a"]
+    assert branches[0].prob == pytest.approx(0.7) and branches[0].p_final == pytest.approx(0.9)
+    assert branches[0].token_ids == yes + [2], "the likeliest tokenization stands for the text"
+    assert branches[1].token_ids == sequences[2][:-1], "the half character is left out"
 
 
 def test_text_without_trailing_whitespace_is_scored_as_tokenized(embedded):

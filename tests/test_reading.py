@@ -232,29 +232,31 @@ def test_the_page_shows_a_long_texts_first_tokens_and_the_progress_then_fills_in
 
     from ui.controls import Context, HeatmapView
     from ui.panels.heatmap import HEATMAP_ALTERNATIVES, fill_in, follow_suggestions, read_timer
-    from ui.panels.suggestions import Suggestions
+    from ui.heatmap import Listing
+    from ui.panels.suggestions import OnScreen
 
     request = SimpleNamespace(session_hash="A")
     context = Context("plain text", None, None, cli.default_model_name())
     view = HeatmapView(on=True, colour_by="probability", threshold=10, shown=None)
-    suggested = cli.lookahead(TEXT, 3, 3, session="A")
-    assert suggested["partial"] is not None
-    update = follow_suggestions(TEXT, Suggestions(TEXT, suggested, None), view, context, request)
+    suggested = cli.lookahead.typed(TEXT, 3, 3, session="A")
+    assert suggested.partial is not None
+    update = follow_suggestions(TEXT, OnScreen(TEXT, suggested, None), view, context, request)
     shown = update["heatmap_state"]
-    assert "partial" in shown.result and read_timer(shown).active
-    assert f"of {shown.result['context_tokens']:,} tokens" in json.loads(update["heatmap"])["frame"]
+    assert shown.result.partial is not None and read_timer(shown).active
+    assert f"of {shown.result.partial.context_tokens:,} tokens" in json.loads(update["heatmap"])["frame"]
     view = replace(view, shown=shown)
-    assert follow_suggestions(TEXT, Suggestions(TEXT, suggested, None), view, context, request) == gr.skip(), \
+    assert follow_suggestions(TEXT, OnScreen(TEXT, suggested, None), view, context, request) == gr.skip(), \
         "it fills in by itself from then on"
     messages = []
-    while "partial" in view.shown.result:
+    while view.shown.result.partial is not None:
         time.sleep(POLL_SECONDS)
         update = fill_in(TEXT, view, context, request)
         messages.append(json.loads(update["heatmap"]))
         view = replace(view, shown=update["heatmap_state"])
     assert all("frame" not in message for message in messages), "each update sends the tokens scored since"
     assert "heatmap-progress" not in messages[-1]["disagreements"] and not read_timer(view.shown).active
-    assert view.shown.result == cli.token_probabilities(TEXT, HEATMAP_ALTERNATIVES, session="B", partial=False)
+    assert view.shown.result == Listing.of(cli.token_probabilities.typed(TEXT, HEATMAP_ALTERNATIVES, session="B",
+                                                                         partial=False))
     assert fill_in(TEXT, view, context, request) == gr.skip(), "whole: the timer asks nothing more"
 
 

@@ -17,8 +17,10 @@ from __future__ import annotations
 import html
 import json
 import math
+from dataclasses import dataclass
 from typing import NamedTuple
 
+from lookahead.outputs import ComparedToken, ComparedWord, ModelComparison, PartialScores, ScoredToken, TokenScores
 from ui.render import percent, times, visible
 from ui.scripts import static
 
@@ -71,18 +73,60 @@ def short_name(model_name: str) -> str:
     return model_name.rstrip("/").rsplit("/", 1)[-1]
 
 
-def bucket(token: dict, mode: str) -> int | None:
+class SecondView(NamedTuple):
+    """How the second model sees a token: its probability (of the token's word, per word), the divergence before it,
+    log2 of its probability over the first model's, and its own first choices as [id, text, probability]."""
+
+    prob: float | None
+    js: float | None
+    log2_ratio: float | None
+    alternatives: list[list]
+
+
+class Parting(NamedTuple):
+    """A token or word of a comparison as the list of partings shows it."""
+
+    text: str
+    probs: list[float | None]
+    log2_ratio: float | None
+    js: float | None
+    top: list[str] | None
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What the heatmap colours: the first model's listing of the text's tokens and, comparing two models, how the
+    second sees each token (`compared`, one per token), by token or by word (`per`), and the places they part."""
+
+    model: str
+    tokens: list[ScoredToken]
+    partial: PartialScores | None = None
+    models: list[str] | None = None
+    per: str | None = None
+    compared: list[SecondView | None] | None = None
+    places: list[Parting] | None = None
+
+    @classmethod
+    def of(cls, scores: TokenScores) -> Listing:
+        return cls(scores.model, scores.tokens, scores.partial)
+
+    def second(self, i: int) -> SecondView | None:
+        """How the second model sees token `i` (None: no comparison, or nothing known there)."""
+        return None if self.compared is None else self.compared[i]
+
+
+def bucket(token: ScoredToken, mode: str, compared: SecondView | None = None) -> int | None:
     """The index of a token's bucket under `mode` (None: nothing before it to score it by)."""
     if mode in COMPARING:
-        value = (token.get("compared") or {}).get("js" if mode == PARTING else "log2_ratio")
+        value = None if compared is None else compared.js if mode == PARTING else compared.log2_ratio
         if value is None:
             return None
         return next(i for i, (bound, _, _) in enumerate(buckets(mode, ["", ""])) if value >= bound)
-    if token["prob"] is None:
+    if token.prob is None:
         return None
     if mode == "rank":
-        return next(i for i, (bound, _, _) in enumerate(RANK_BUCKETS) if token["rank"] <= bound)
-    return next(i for i, (bound, _, _) in enumerate(PROBABILITY_BUCKETS) if token["prob"] >= bound)
+        return next(i for i, (bound, _, _) in enumerate(RANK_BUCKETS) if token.rank <= bound)
+    return next(i for i, (bound, _, _) in enumerate(PROBABILITY_BUCKETS) if token.prob >= bound)
 
 
 def shown_text(token_text: str) -> str:
@@ -97,55 +141,56 @@ class Shown(NamedTuple):
     the message that brought it (each message names the one it follows)."""
 
     text: str
-    result: dict
+    result: Listing
     mode: str
     id: int
 
 
-def heatmap_message(text: str, result: dict, mode: str, threshold: float, before: Shown | None) -> tuple[str, Shown]:
+def heatmap_message(text: str, result: Listing, mode: str, threshold: float, before: Shown | None
+                    ) -> tuple[str, Shown]:
     """The message that brings the page from `before` to this view (JSON for HEATMAP_JS), and what it then shows.
 
     The whole view when there is nothing to build on (or the colouring changed); else only the tokens from
     the first that changed, which after a click are the branch's few: the update stays small however long
     the text.
     """
-    tokens = result["tokens"]
+    tokens = result.tokens
     first = max(0, len(tokens) - HEATMAP_TOKENS)
     shown = Shown(text, result, mode, before.id + 1 if before else 0)
     if before is None or before.mode != mode:
         return _message({"id": shown.id, "frame": heatmap_view(text, result, mode, threshold)}), shown
-    old = before.result["tokens"]
-    keep = next((i for i, (a, b) in enumerate(zip(old, tokens)) if a != b), min(len(old), len(tokens)))
+    old = before.result
+    keep = next((i for i, (a, b) in enumerate(zip(old.tokens, tokens)) if a != b or old.second(i) != result.second(i)),
+                min(len(old.tokens), len(tokens)))
     return _message({
         "id": shown.id, "base": before.id, "keep": keep, "first": first, "earlier": earlier_view(first),
-        "spans": "".join(token_span(text, tokens[i], i, mode, result.get("models")) for i in range(max(keep, first),
-                                                                                               len(tokens))),
+        "spans": "".join(token_span(text, result, i, mode) for i in range(max(keep, first), len(tokens))),
         "disagreements": places_view(result, mode, threshold),
     }), shown
 
 
-def places_view(result: dict, mode: str, threshold: float) -> str:
+def places_view(result: Listing, mode: str, threshold: float) -> str:
     """Under the text: how far the read of a long text got, while it goes on; then where the two models part most,
     when comparing, else where the model disagreed. One element, which every update message replaces."""
-    places = partings_view(result, mode) if mode in COMPARING else disagreements_view(result["tokens"], threshold)
-    return f'<div id="disagreements" style="{PLACES_STYLE}">{progress_view(result.get("partial"))}{places}</div>'
+    places = partings_view(result, mode) if mode in COMPARING else disagreements_view(result.tokens, threshold)
+    return f'<div id="disagreements" style="{PLACES_STYLE}">{progress_view(result.partial)}{places}</div>'
 
 
-def progress_view(partial: dict | None) -> str:
+def progress_view(partial: PartialScores | None) -> str:
     """While a long text is read, how much of it the colours cover: its first tokens, the rest following."""
     if not partial:
         return ""
-    return (f'<div id="heatmap-progress" style="margin-bottom:6px">⏳ Scored {partial["read_tokens"]:,} of '
-            f'{partial["context_tokens"]:,} tokens… the rest is coloured as the text is read.</div>')
+    return (f'<div id="heatmap-progress" style="margin-bottom:6px">⏳ Scored {partial.read_tokens:,} of '
+            f'{partial.context_tokens:,} tokens… the rest is coloured as the text is read.</div>')
 
 
-def heatmap_view(text: str, result: dict, mode: str, threshold: float) -> str:
+def heatmap_view(text: str, result: Listing, mode: str, threshold: float) -> str:
     """The coloured text (its last HEATMAP_TOKENS tokens), a legend, the details line, and the disagreements."""
-    tokens, models = result["tokens"], result.get("models")
+    tokens, models = result.tokens, result.models
     first = max(0, len(tokens) - HEATMAP_TOKENS)
-    spans = "".join(token_span(text, tokens[i], i, mode, models) for i in range(first, len(tokens)))
+    spans = "".join(token_span(text, result, i, mode) for i in range(first, len(tokens)))
     shades = buckets(mode, models)
-    outside = None if mode in COMPARING else next((t["rank_above"] for t in tokens if t.get("rank_above")), None)
+    outside = None if mode in COMPARING else next((t.rank_above for t in tokens if t.rank_above), None)
     keys = [(c, label) for _, c, label in shades] + ([(OUTSIDE_COLOR, f"outside the server's top {outside}")]
                                                      if outside else [])
     legend = " ".join(f'<span style="background:{c};color:#111;border-radius:3px;padding:0 6px">{label}</span>'
@@ -153,7 +198,7 @@ def heatmap_view(text: str, result: dict, mode: str, threshold: float) -> str:
     colours = " ".join(f"#heatmap .b{i} {{ background: {c} }}" for i, (_, c, _) in enumerate(shades))
     by = (f"where {short_name(models[0])} and {short_name(models[1])} part" if mode == PARTING else
           f"which of {short_name(models[0])} and {short_name(models[1])} expects each "
-          + ("word" if result["per"] == "word" else "token") + " more") if mode in COMPARING else mode
+          + ("word" if result.per == "word" else "token") + " more") if mode in COMPARING else mode
     return (
         f"<style>#heatmap .tk {{ {TOKEN_STYLE} }} #heatmap .bu {{ background: {UNSCORED_COLOR} }}"
         f" #heatmap .bo {{ background: {OUTSIDE_COLOR} }} {colours}"
@@ -174,23 +219,22 @@ def earlier_view(first: int) -> str:
             if first else "")
 
 
-def token_span(text: str, token: dict, i: int, mode: str, models: list[str] | None = None) -> str:
+def token_span(text: str, result: Listing, i: int, mode: str) -> str:
     """Token `i` as shown: its piece of the text in its bucket's colour, with its details in data attributes (and,
     comparing, the second model's view of it: `data-b`)."""
-    piece = text[token["start"] : token["end"]]
+    token, compared, models = result.tokens[i], result.second(i), result.models
+    piece = text[token.start : token.end]
     if not piece:
         return ""  # a later piece of a character split over several tokens: the first shows it
-    index = bucket(token, mode)
+    index = bucket(token, mode, compared)
     label = None if index is None else buckets(mode, models)[index][2]
     shade = "u" if index is None else index
-    if token.get("rank_above") and mode not in COMPARING:
+    if token.rank_above and mode not in COMPARING:
         shade, details = "o", outside_details(token)
-    elif token["prob"] is None:
-        details = [visible(token["token"])]
+    elif token.prob is None:
+        details = [visible(token.token)]
     else:
-        details = [visible(token["token"]), percent(token["prob"]), token["rank"], label or "",
-                   f"{token['entropy']:.2f}"]
-    compared = token.get("compared")
+        details = [visible(token.token), percent(token.prob), token.rank, label or "", f"{token.entropy:.2f}"]
     other = ("" if mode not in COMPARING or not compared else
              f" data-b='{attribute_json(second_view(compared, models))}'")
     return (
@@ -200,19 +244,19 @@ def token_span(text: str, token: dict, i: int, mode: str, models: list[str] | No
     )
 
 
-def outside_details(token: dict) -> list:
+def outside_details(token: ScoredToken) -> list:
     """The details line's fields for a token outside the top N a server returned: what is known is a bound."""
-    n, least = token["rank_above"], min((a["prob"] for a in token["alternatives"]), default=None)
-    return [visible(token["token"]), "?" if least is None else f"below {percent(least)}", f"> {n}",
-            f"outside the server's top {n}", f"≥ {token['entropy']:.2f}"]
+    n, least = token.rank_above, min((a.prob for a in token.alternatives), default=None)
+    return [visible(token.token), "?" if least is None else f"below {percent(least)}", f"> {n}",
+            f"outside the server's top {n}", f"≥ {token.entropy:.2f}"]
 
 
-def second_view(compared: dict, models: list[str]) -> list:
+def second_view(compared: SecondView, models: list[str]) -> list:
     """What the details line says of the second model at a token: its name, its probability of the token (of the
     word, per word), the divergence, and its own first choices as [id, text, probability]."""
-    prob = compared["prob"]
+    prob = compared.prob
     return [short_name(models[1]), None if prob is None else percent(prob),
-            None if compared.get("js") is None else f"{compared['js']:.3f}", compared.get("alternatives") or []]
+            None if compared.js is None else f"{compared.js:.3f}", compared.alternatives]
 
 
 def _message(fields: dict) -> str:
@@ -220,8 +264,8 @@ def _message(fields: dict) -> str:
     return json.dumps({"v": MESSAGE_VERSION, **fields}, ensure_ascii=False, separators=(",", ":"))
 
 
-def alternatives(token: dict) -> list:
-    return [[a["token_id"], visible(a["token"]), percent(a["prob"])] for a in token["alternatives"] or []]
+def alternatives(token: ScoredToken) -> list:
+    return [[a.token_id, visible(a.token), percent(a.prob)] for a in token.alternatives or ()]
 
 
 def attribute_json(value: object) -> str:
@@ -230,37 +274,37 @@ def attribute_json(value: object) -> str:
     return html.escape(text, quote=False).replace("'", "&#x27;")
 
 
-def disagreements(tokens: list[dict], threshold: float) -> list[tuple[float, int]]:
+def disagreements(tokens: list[ScoredToken], threshold: float) -> list[tuple[float, int]]:
     """(how many times likelier the model's first choice was, token index), largest first, above `threshold`."""
     gaps = [
-        (t["alternatives"][0]["prob"] / t["prob"], i)
+        (t.alternatives[0].prob / t.prob, i)
         for i, t in enumerate(tokens)
-        if t["prob"] and t["rank"] > 1 and t["alternatives"][0]["prob"] >= threshold * t["prob"]
+        if t.prob and t.rank > 1 and t.alternatives[0].prob >= threshold * t.prob
     ]
     return sorted(gaps, reverse=True)[:DISAGREEMENTS]
 
 
-def partings(units: list[dict], mode: str) -> list[dict]:
+def partings(units: list[Parting], mode: str) -> list[Parting]:
     """The places where the models part most: by divergence, or by how much likelier one finds the writer's text."""
-    key = "js" if mode == PARTING else "log2_ratio"
-    scored = [unit for unit in units if unit.get(key) is not None]
-    return sorted(scored, key=lambda unit: abs(unit[key]), reverse=True)[:DISAGREEMENTS]
+    value = (lambda unit: unit.js) if mode == PARTING else (lambda unit: unit.log2_ratio)
+    scored = [unit for unit in units if value(unit) is not None]
+    return sorted(scored, key=lambda unit: abs(value(unit)), reverse=True)[:DISAGREEMENTS]
 
 
-def partings_view(result: dict, mode: str) -> str:
+def partings_view(result: Listing, mode: str) -> str:
     """Where the two models part most, each place with both models' probability of the writer's text there and,
     per token, what each would have written instead."""
-    a, b = (short_name(name) for name in result["models"])
+    a, b = (short_name(name) for name in result.models)
     rows = []
-    for unit in partings(result["places"], mode):  # each row names the models by letter, the heading in full
-        probs = " · ".join(f"{name}: {'—' if p is None else percent(p)}" for name, p in zip("AB", unit["probs"]))
-        tops = ("" if not unit.get("top") else
-                f" — A would write {html.escape(repr(visible(unit['top'][0])))}, "
-                f"B {html.escape(repr(visible(unit['top'][1])))}")
-        js = "" if unit.get("js") is None else f" · {unit['js']:.3f} bits apart"
-        rows.append(f'<div style="margin:2px 0"><b>{html.escape(visible(unit["text"]))}</b> ({html.escape(probs)})'
+    for unit in partings(result.places, mode):  # each row names the models by letter, the heading in full
+        probs = " · ".join(f"{name}: {'—' if p is None else percent(p)}" for name, p in zip("AB", unit.probs))
+        tops = ("" if not unit.top else
+                f" — A would write {html.escape(repr(visible(unit.top[0])))}, "
+                f"B {html.escape(repr(visible(unit.top[1])))}")
+        js = "" if unit.js is None else f" · {unit.js:.3f} bits apart"
+        rows.append(f'<div style="margin:2px 0"><b>{html.escape(visible(unit.text))}</b> ({html.escape(probs)})'
                     f"{tops}{js}</div>")
-    per = " (per word: their tokenizers differ)" if result["per"] == "word" else ""
+    per = " (per word: their tokenizers differ)" if result.per == "word" else ""
     models = f"A ({html.escape(a)}) and B ({html.escape(b)})"
     heading = (f"<b>Where {models} part most</b>{per}" if mode == PARTING else
                f"<b>Where one of {models} expects your text far more</b>{per}")
@@ -268,40 +312,37 @@ def partings_view(result: dict, mode: str) -> str:
     return heading + body
 
 
-def with_comparison(result: dict, comparison: dict, second: dict | None) -> dict:
+def with_comparison(result: TokenScores, comparison: ModelComparison, second: TokenScores | None) -> Listing:
     """The first model's token listing (`result`), each token with how the second model sees it (`compared`): its
     probability (of the token's word, per word) and, per token, its first choices (`second`'s listing) and the
     divergence; and the places to list where they part (`places`), tokens or words."""
-    per_word = comparison["per"] == "word"
-    units = comparison["words"] if per_word else comparison["tokens"]
-    places = [place(unit, result["tokens"][i]["token"] if not per_word else unit["text"]) for i, unit in
-              enumerate(units)]
-    word_of = _unit_at(units, result["tokens"]) if per_word else list(range(len(units)))
-    tokens = []
-    for i, token in enumerate(result["tokens"]):
+    per_word = comparison.per == "word"
+    units = comparison.words if per_word else comparison.tokens
+    places = [place(unit, unit.text if per_word else result.tokens[i].token) for i, unit in enumerate(units)]
+    word_of = _unit_at(units, result.tokens) if per_word else list(range(len(units)))
+    compared = []
+    for i in range(len(result.tokens)):
         shared = places[word_of[i]] if word_of[i] is not None else None
-        alternatives = second["tokens"][i]["alternatives"] if second else None
-        compared = None if shared is None else {
-            "prob": shared["probs"][1], "js": shared.get("js"), "log2_ratio": shared["log2_ratio"],
-            "alternatives": [[a["token_id"], visible(a["token"]), percent(a["prob"])] for a in alternatives or []]}
-        tokens.append({**token, "compared": compared})
-    return {**result, "tokens": tokens, "models": comparison["models"], "per": comparison["per"], "places": places}
+        theirs = second.tokens[i] if second else None
+        compared.append(None if shared is None else SecondView(shared.probs[1], shared.js, shared.log2_ratio,
+                                                               [] if theirs is None else alternatives(theirs)))
+    return Listing(result.model, result.tokens, result.partial, comparison.models, comparison.per, compared, places)
 
 
-def place(unit: dict, text: str) -> dict:
+def place(unit: ComparedToken | ComparedWord, text: str) -> Parting:
     """A token or word of the comparison as the list of partings shows it."""
-    logprobs = unit["logprob"]
+    logprobs = unit.logprob
     known = None not in logprobs
-    return {"text": text, "probs": [None if lp is None else math.exp(lp) for lp in logprobs],
-            "log2_ratio": (logprobs[1] - logprobs[0]) / math.log(2) if known else None,
-            "js": unit.get("js"), "top": unit.get("top")}
+    return Parting(text, [None if lp is None else math.exp(lp) for lp in logprobs],
+                   (logprobs[1] - logprobs[0]) / math.log(2) if known else None,
+                   getattr(unit, "js", None), getattr(unit, "top", None))
 
 
-def _unit_at(units: list[dict], tokens: list[dict]) -> list[int | None]:
+def _unit_at(units: list[ComparedWord], tokens: list[ScoredToken]) -> list[int | None]:
     """For each token (by its end), the index of the word it ends in (None before any)."""
     found, j = [], 0
     for token in tokens:
-        while j < len(units) and units[j]["end"] < token["end"]:
+        while j < len(units) and units[j].end < token.end:
             j += 1
         found.append(j if j < len(units) else None)
     return found
@@ -310,14 +351,14 @@ def _unit_at(units: list[dict], tokens: list[dict]) -> list[int | None]:
 REWIND_HINT = "A click on its choice writes it there in place of yours and drops the text after it"
 
 
-def disagreements_view(tokens: list[dict], threshold: float) -> str:
+def disagreements_view(tokens: list[ScoredToken], threshold: float) -> str:
     rows = []
     for gap, i in disagreements(tokens, threshold):
-        token, top = tokens[i], tokens[i]["alternatives"][0]
+        token, top = tokens[i], tokens[i].alternatives[0]
         rows.append(
-            f'<div style="margin:2px 0">{html.escape(visible(token["token"]))} ({percent(token["prob"])}) — the model '
-            f'preferred <button class="alt" data-index="{i}" data-token-id="{top["token_id"]}" title="{REWIND_HINT}">'
-            f'{html.escape(visible(top["token"]))} {percent(top["prob"])}</button> ({times(gap)} likelier)</div>'
+            f'<div style="margin:2px 0">{html.escape(visible(token.token))} ({percent(token.prob)}) — the model '
+            f'preferred <button class="alt" data-index="{i}" data-token-id="{top.token_id}" title="{REWIND_HINT}">'
+            f'{html.escape(visible(top.token))} {percent(top.prob)}</button> ({times(gap)} likelier)</div>'
         )
     heading = (f"<b>Where the model disagreed</b> (its choice at least {threshold:g}× likelier than yours; "
                f"{REWIND_HINT[0].lower()}{REWIND_HINT[1:]}, as a new branch of the history)")

@@ -10,6 +10,7 @@ import html
 import re
 
 from history import History, common_prefix
+from lookahead.outputs import Attribution, Branch, LeadTokens, NextToken
 from lookahead.results import DISTRIBUTION_ROWS, HALF_CHARACTER, REFUSED_ROWS
 
 VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
@@ -53,23 +54,24 @@ def times(ratio: float) -> str:
     return f"{ratio:.{1 if ratio < 10 else 0}f}×"
 
 
-def lead_heading(lead: dict) -> str:
+def lead_heading(lead: LeadTokens) -> str:
     """What the model all but certainly writes before the choice the plot shows (a lookahead's "lead")."""
-    if not lead["text"]:  # the whitespace the text ends with, as one token
-        return f"The model all but certainly keeps your whitespace as it is ({percent(lead['prob'])})"
-    return f"The model all but certainly writes {html.escape(visible(lead['text']))} first ({percent(lead['prob'])})"
+    if not lead.text:  # the whitespace the text ends with, as one token
+        return f"The model all but certainly keeps your whitespace as it is ({percent(lead.prob)})"
+    return f"The model all but certainly writes {html.escape(visible(lead.text))} first ({percent(lead.prob)})"
 
 
-def distribution_plot(distribution: list[dict], forced: str | None = None, lead: dict | None = None) -> str:
+def distribution_plot(distribution: list[NextToken], forced: str | None = None, lead: LeadTokens | None = None
+                      ) -> str:
     """p_base and p_final bars for the top tokens and the rest ("other"); cut tokens greyed, and those a
     constraint refuses marked ✗. Rows are clickable. `forced`: the text a constraint writes by itself first;
     `lead`: what the model all but certainly writes then (a lookahead's "lead"); the plot is of the choice after."""
-    refused = [d for d in distribution if not d.get("valid", True)][:REFUSED_ROWS]
-    top = [d for d in distribution if d.get("valid", True)][: DISTRIBUTION_ROWS - len(refused)] + refused
-    rows = [(d, visible(d["token"]).replace(HALF_CHARACTER, PART_OF_A_CHARACTER), d["prob"],
-             d.get("p_final", d["prob"]), d.get("kept", True)) for d in top]
+    refused = [d for d in distribution if not d.valid][:REFUSED_ROWS]
+    top = [d for d in distribution if d.valid][: DISTRIBUTION_ROWS - len(refused)] + refused
+    rows = [(d, visible(d.token).replace(HALF_CHARACTER, PART_OF_A_CHARACTER), d.prob, d.p_final, d.kept)
+            for d in top]
     other = (None, "other", max(0.0, 1 - sum(r[2] for r in rows)), max(0.0, 1 - sum(r[3] for r in rows)), True)
-    constrained = any(not d.get("valid", True) for d in top)
+    constrained = any(not d.valid for d in top)
     # Bars are scaled to the likeliest token, not to "other" (often the largest on a flat
     # distribution), so the tokens' bars stay readable; a longer "other" bar is cut, and fades out.
     scale = max((max(r[2], r[3]) for r in rows), default=0.0) or 1.0
@@ -93,11 +95,11 @@ def distribution_plot(distribution: list[dict], forced: str | None = None, lead:
     )
     html_rows = []
     for entry, token, p_base, p_final, kept in [*rows, other]:
-        refused = entry is not None and not entry.get("valid", True)
-        partial = entry is not None and HALF_CHARACTER in entry["token"]
+        refused = entry is not None and not entry.valid
+        partial = entry is not None and HALF_CHARACTER in entry.token
         title = ("the constraint refuses it" if refused else PARTIAL_TITLE if partial
                  else f"append {html.escape(token)}")
-        attrs = (f'data-token-id="{entry["token_id"]}" title="{title}"' + (" data-partial" if partial else "")
+        attrs = (f'data-token-id="{entry.token_id}" title="{title}"' + (" data-partial" if partial else "")
                  if entry else "")
         style = ROW_STYLE + (";cursor:pointer" if entry and not partial else "") + ("" if kept else ";opacity:.4")
         final_text = "    ✗" if refused else f"{percent(p_final):>6}" if kept else "  cut"
@@ -169,16 +171,15 @@ STOP_MARK = "✂"  # a branch cut at a stop string
 LEAD_MARK = "…"  # in a branch's label, the lead's text (what every branch writes before the choice)
 
 
-def branch_label(branch: dict, lead: dict | None = None) -> str:
+def branch_label(branch: Branch, lead: LeadTokens | None = None) -> str:
     """A branch button's label: its text, whether it ends, its first token's p_final, and at a caret with text after
     it, its fit (how much likelier per token, in nats, that text becomes with the branch inserted). The text of a
     `lead` that every branch begins with (the plot's heading names it) is shown as "…": the labels show the choice."""
-    p_final = branch.get("p_final", branch["prob"])
-    end = END_MARK if branch.get("ends") else STOP_MARK if branch.get("stop") else ""
-    fit = f"  ·  fit {branch['fit']:+.2f}" if branch.get("fit") is not None else ""
-    led = (lead or {}).get("text") or ""
-    text = LEAD_MARK + branch["text"][len(led):] if led and branch["text"].startswith(led) else branch["text"]
-    return f"{visible(text)}{end}  ·  " + (percent(p_final, 0) if p_final > 0 else "cut") + fit
+    end = END_MARK if branch.ends else STOP_MARK if branch.stop else ""
+    fit = f"  ·  fit {branch.fit:+.2f}" if branch.fit is not None else ""
+    led = lead.text if lead else ""
+    text = LEAD_MARK + branch.text[len(led):] if led and branch.text.startswith(led) else branch.text
+    return f"{visible(text)}{end}  ·  " + (percent(branch.p_final, 0) if branch.p_final > 0 else "cut") + fit
 
 
 WORD = re.compile(r"\s*(\w+|[^\w\s]+)")
@@ -206,7 +207,7 @@ def caret_marker(text: str, caret: int | None) -> str:
 
 
 
-def attribution_view(text: str, result: dict, where: str | None = None, shown_prob: float | None = None) -> str:
+def attribution_view(text: str, result: Attribution, where: str | None = None, shown_prob: float | None = None) -> str:
     """The explained window of the text coloured by each token's share of the explanation (the text before it, which
     the explanation did not read, left out), and the strongest few listed.
 
@@ -214,30 +215,30 @@ def attribution_view(text: str, result: dict, where: str | None = None, shown_pr
     `shown_prob`: the probability the plot shows for the token, read over the whole text: where the window's
     differs, the heading says why.
     """
-    tokens = [t for t in result["tokens"] if t["score"] is not None]
-    top = max((t["score"] for t in tokens), default=0.0) or 1.0
-    earlier = len(result["tokens"]) - len(tokens)
+    tokens = [t for t in result.tokens if t.score is not None]
+    top = max((t.score for t in tokens), default=0.0) or 1.0
+    earlier = len(result.tokens) - len(tokens)
     spans = [f'<div class="why-earlier" style="color:var(--body-text-color-subdued)">⋯ {earlier:,} earlier '
              f'token{"s" * (earlier != 1)}, outside the explained window</div>'] if earlier else []
     for t in tokens:
-        piece = text[t["start"] : t["end"]]
+        piece = text[t.start : t.end]
         if not piece:
             continue
-        spans.append(f'<span title="{html.escape(visible(t["token"]))}: {percent(t["score"])}" style="background:'
-                     f'rgba(234,88,12,{0.85 * t["score"] / top:.2f});border-radius:2px;white-space:pre-wrap">'
+        spans.append(f'<span title="{html.escape(visible(t.token))}: {percent(t.score)}" style="background:'
+                     f'rgba(234,88,12,{0.85 * t.score / top:.2f});border-radius:2px;white-space:pre-wrap">'
                      f'{html.escape(piece)}</span>')
-    strongest = sorted(tokens, key=lambda t: -t["score"])[:STRONGEST]
-    listed = " · ".join(f"<b>{html.escape(visible(t['token']))}</b> {percent(t['score'], 0)}" for t in strongest)
-    target, window = result["target"], result["window_tokens"]
-    token = f"<b>{html.escape(visible(target['token']))}</b>"
+    strongest = sorted(tokens, key=lambda t: -t.score)[:STRONGEST]
+    listed = " · ".join(f"<b>{html.escape(visible(t.token))}</b> {percent(t.score, 0)}" for t in strongest)
+    target, window = result.target, result.window_tokens
+    token = f"<b>{html.escape(visible(target.token))}</b>"
     question = (f"Why the model expected {token} where you wrote <b>{html.escape(visible(where))}</b>"
                 if where is not None else f"Why {token} next")
-    method = result["method"].replace("_", " ") + (f", {result['steps']} steps"
-                                                   if result["method"] == "integrated_gradients" else "")
-    differs = shown_prob is not None and earlier and percent(shown_prob) != percent(target["prob"])
+    method = result.method.replace("_", " ") + (f", {result.steps} steps"
+                                                if result.method == "integrated_gradients" else "")
+    differs = shown_prob is not None and earlier and percent(shown_prob) != percent(target.prob)
     return (
         f'<div id="why" style="font-size:13px"><div style="margin-bottom:6px">{question}: {method}, over the '
-        f"last <b>{window:,} tokens</b>, where the model gives it {percent(target['prob'])}"
+        f"last <b>{window:,} tokens</b>, where the model gives it {percent(target.prob)}"
         + (f" (the plot's {percent(shown_prob)} reads the whole text: the {earlier:,} earlier tokens change it)"
            if differs else "")
         + "</div>"

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from history import History
     from lookahead.sampling import Sampling
     from ui.heatmap import Shown
-    from ui.panels.suggestions import Suggestions
+    from ui.panels.suggestions import OnScreen
 
 
 class Update(TypedDict, total=False):
@@ -40,7 +40,7 @@ class Update(TypedDict, total=False):
     text_base: str
     extra_box: str
     # one model's suggestions (ui/panels/suggestions.py)
-    shown_state: Suggestions | None
+    shown_state: OnScreen | None
     follow_up: int
     answered: int
     answer_sync: str

@@ -8,8 +8,8 @@
 Callers ask a backend's `capabilities`, never its class.
 
 `custom_llm_inference` checks every argument once and builds a typed request (lookahead/requests.py); the
-backend has one method per request type. Both build their answers with `lookahead/results.py`, so callers
-get the same dicts from either.
+backend has one method per request type and answers with the typed answers of lookahead/outputs.py, each built
+with `lookahead/results.py`, so callers get the same answers from any.
 """
 
 from __future__ import annotations
@@ -18,6 +18,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from lookahead.outputs import (
+    Attribution,
+    AttributionProgress,
+    Continuation,
+    ModelComparison,
+    NextToken,
+    Suggestions,
+    TokenScores,
+)
 from lookahead.requests import (
     AttributionRequest,
     CompareRequest,
@@ -54,28 +63,28 @@ class Backend(Protocol):
     capabilities: Capabilities
 
     def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
-                  yielding: bool = False) -> dict:
+                  yielding: bool = False) -> Suggestions:
         """The branches and the distribution. `precompute`: also compute, in the background, what taking each
         branch gives (where the backend can). `partial`: a long text may answer first from its last tokens
         while it is read (where the backend can); False reads it whole within the call. `yielding`: run as a long
         job of kind "lookahead", which waits for every other call and can be cancelled (where the backend can)."""
         ...
 
-    def distribution(self, request: DistributionRequest) -> list[dict]:
+    def distribution(self, request: DistributionRequest) -> list[NextToken]:
         ...
 
-    def scores(self, request: ScoresRequest) -> dict:
+    def scores(self, request: ScoresRequest) -> TokenScores:
         ...
 
-    def generate(self, request: GenerateRequest) -> Iterator[dict]:
+    def generate(self, request: GenerateRequest) -> Iterator[Continuation]:
         """The growing continuation, after every forward pass."""
         ...
 
-    def attribution(self, request: AttributionRequest) -> Iterator[dict]:
-        """{"done", "of"} after each pass over the window, then the result."""
+    def attribution(self, request: AttributionRequest) -> Iterator[AttributionProgress | Attribution]:
+        """The progress after each pass over the window, then the result."""
         ...
 
-    def compare(self, request: CompareRequest) -> dict:
+    def compare(self, request: CompareRequest) -> ModelComparison:
         """Two models on one text (lookahead/comparison.py)."""
         ...
 

@@ -46,6 +46,20 @@ from lookahead.models import (
     on_zero_gpu,
     stop_tokens,
 )
+from lookahead.outputs import (
+    Attribution,
+    AttributionProgress,
+    Continuation,
+    ModelComparison,
+    NextToken,
+    PartialScores,
+    PartialSuggestions,
+    ScoredToken,
+    Suggestions,
+    Target,
+    TokenScores,
+    last,
+)
 from lookahead.prefix_cache import PrefixCacheStore, Taken, common_prefix_length
 from lookahead.reading import Read, Reader
 from lookahead.requests import (
@@ -62,13 +76,12 @@ from lookahead.results import (
     LEAD_PROB,
     MAX_LEAD_TOKENS,
     REFUSED_ROWS,
-    Continuation,
+    GrowingContinuation,
     attribution_entries,
     branch_entries,
     context_info,
     distribution_entries,
     forced_entry,
-    last,
     lead_entry,
     more_candidates,
     scores_result,
@@ -97,7 +110,7 @@ def _stop_background_work() -> None:
 matchers = MatcherStore()
 # The suggestions each model last gave each session, to precompute a click on either of two models' branches shown
 # side by side for the same text (`clicks_ahead`).
-last_shown: SessionStore[tuple[str, str], tuple[LookaheadRequest, dict]] = SessionStore(64)
+last_shown: SessionStore[tuple[str, str], tuple[LookaheadRequest, Suggestions]] = SessionStore(64)
 # Two models' caches for the same text, per session comparing: a comparison holds both, so fewer are kept than
 # single caches (the least recently used goes; a new comparison then reads its text afresh).
 COMPARISONS_KEPT = 4
@@ -120,11 +133,11 @@ class InProcess:
         return Capabilities(precomputation=local, partial_reads=local, cheap_fit=not local or device().type != "cpu",
                             attribution=True, prompt_scores=True, batching=False)
 
-    def __init__(self, on_gpu: Callable[[Request], Iterator[dict]]) -> None:
+    def __init__(self, on_gpu: Callable[[Request], Iterator[object]]) -> None:
         self.on_gpu = on_gpu
 
     def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
-                  yielding: bool = False) -> dict:
+                  yielding: bool = False) -> Suggestions:
         if yielding:
             # After what is being precomputed for the session (it makes the next click instant; as one more real
             # request this call would stop it and drop the ready answers); then every module call waits while
@@ -149,12 +162,12 @@ class InProcess:
             speculator.start(clicks_ahead(request, result), lambda taken, scratch: _lookahead(taken, store=scratch))
         return result
 
-    def distribution(self, request: DistributionRequest) -> list[dict]:
+    def distribution(self, request: DistributionRequest) -> list[NextToken]:
         _wait_for_read(request)
         with scheduler.interactive():
-            return last(self._serve(request))["distribution"]
+            return last(self._serve(request))
 
-    def scores(self, request: ScoresRequest) -> dict:
+    def scores(self, request: ScoresRequest) -> TokenScores:
         # Scores the session already holds (the branches' pass scored the new tokens) need no model
         # work: answered here, without pre-empting the precomputation that pass started.
         ready = _token_probabilities(request, stored_only=True)
@@ -173,13 +186,13 @@ class InProcess:
         finally:
             scheduler.finish(job)
 
-    def generate(self, request: GenerateRequest) -> Iterator[dict]:
+    def generate(self, request: GenerateRequest) -> Iterator[Continuation]:
         yield from self._serve(request)
 
-    def attribution(self, request: AttributionRequest) -> Iterator[dict]:
+    def attribution(self, request: AttributionRequest) -> Iterator[AttributionProgress | Attribution]:
         yield from self._serve(request)
 
-    def compare(self, request: CompareRequest) -> dict:
+    def compare(self, request: CompareRequest) -> ModelComparison:
         with scheduler.interactive():
             return last(self._serve(request))
 
@@ -212,7 +225,7 @@ class InProcess:
         comparisons.forget(session)
         last_shown.forget(session)
 
-    def _serve(self, request: Request, compute: Callable[[], Iterator[dict]] | None = None) -> Iterator[dict]:
+    def _serve(self, request: Request, compute: Callable[[], Iterator[object]] | None = None) -> Iterator[object]:
         """`request`'s answers: a precomputed one if ready, else `compute`'s (by default the GPU entry point's)."""
         ready = speculator.arrived(request.key, request)
         try:
@@ -225,7 +238,7 @@ class InProcess:
             speculator.finished()
 
 
-def clicks_ahead(request: LookaheadRequest, result: dict) -> list[tuple[tuple[str, str], LookaheadRequest]]:
+def clicks_ahead(request: LookaheadRequest, result: Suggestions) -> list[tuple[tuple[str, str], LookaheadRequest]]:
     """The requests a click on a shown branch sends, keyed by the cache each reads: each branch taken, asked of this
     model and of every other model whose suggestions the session was last shown for the same text (a second
     model's panel refreshes after each click too), the likeliest branches of each first."""
@@ -233,13 +246,13 @@ def clicks_ahead(request: LookaheadRequest, result: dict) -> list[tuple[tuple[st
     asked = [(request, result), *((other, answer) for other, answer in filter(None, beside)
                                   if (other.text, other.after, other.messages) == (request.text, request.after,
                                                                                    request.messages))]
-    ranks = max(len(answer["branches"]) for _, answer in asked)
-    return [(model.key, replace(model, text=request.text + answer["branches"][rank]["text"]))
-            for rank in range(ranks) for _, answer in asked if rank < len(answer["branches"])
+    ranks = max(len(answer.branches) for _, answer in asked)
+    return [(model.key, replace(model, text=request.text + answer.branches[rank].text))
+            for rank in range(ranks) for _, answer in asked if rank < len(answer.branches)
             for model, _ in asked]
 
 
-def answer(request: Request) -> Iterator[dict]:
+def answer(request: Request) -> Iterator[object]:
     """Run one checked request with the model in this process (inside the GPU entry point)."""
     match request:
         case LookaheadRequest():
@@ -258,7 +271,7 @@ def answer(request: Request) -> Iterator[dict]:
             raise TypeError(f"not a request: {request!r}")
 
 
-def _distribution(run: _Run, sampling: Sampling, k: int, ids: list[int] | None = None) -> list[dict]:
+def _distribution(run: _Run, sampling: Sampling, k: int, ids: list[int] | None = None) -> list[NextToken]:
     """Entries for the k next tokens ranked by p_final, then p_base (or for the given `ids`).
 
     With healing, probabilities are over the allowed tokens only.
@@ -272,13 +285,13 @@ def _distribution(run: _Run, sampling: Sampling, k: int, ids: list[int] | None =
                                 valid)
 
 
-def _refused(run: _Run, sampling: Sampling, listed: list[dict], n: int = REFUSED_ROWS) -> list[dict]:
+def _refused(run: _Run, sampling: Sampling, listed: list[NextToken], n: int = REFUSED_ROWS) -> list[NextToken]:
     """Under a constraint, the n likeliest tokens (by p_base) it refuses that are not `listed` yet:
     what the model wanted instead."""
     if run.result.valid is None:
         return []
     logits = run.result.next_token_logits.float().masked_fill(run.result.valid, float("-inf"))
-    logits[[d["token_id"] for d in listed]] = float("-inf")
+    logits[[d.token_id for d in listed]] = float("-inf")
     if run.allowed is not None:
         logits = logits.masked_fill(~run.allowed, float("-inf"))
     ids = logits.topk(min(n, int(torch.isfinite(logits).sum()))).indices.tolist()
@@ -304,7 +317,7 @@ def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unk
     prompt = _prompt(request, model, tokenizer, force)
     partial = None
     if window is not None and len(prompt.ids) > window:
-        partial = {"window_tokens": window, "context_tokens": len(prompt.ids)}
+        partial = PartialSuggestions(window, len(prompt.ids))
         prompt = prompt._replace(ids=prompt.ids[-window:])
     if request.after is None:
         (cache, reused, known_scores), kept = store.take(request.key, prompt.ids), None
@@ -391,7 +404,7 @@ def _wait_for_read(request: DistributionRequest) -> None:
         read.finished.wait()
 
 
-def _partial_lookahead(request: LookaheadRequest, read: Read) -> dict:
+def _partial_lookahead(request: LookaheadRequest, read: Read) -> Suggestions:
     """The answer from the text's last tokens while `read` reads it all, and how far the read got.
     Asked again, the same answer (computed once) with the progress."""
     result = read.answers.get(request)
@@ -399,16 +412,16 @@ def _partial_lookahead(request: LookaheadRequest, read: Read) -> dict:
         model, _ = load_model(request.model_name)
         start = time.perf_counter()
         result = _lookahead(request, store=Unkept(), window=reader.window(request.model, model))
-        result = {**result, "partial": {**result["partial"], "seconds": time.perf_counter() - start}}
+        result = replace(result, partial=replace(result.partial, seconds=time.perf_counter() - start))
         read.answers = {request: result}
-    partial = {**result["partial"], "read_tokens": read.read_tokens}
-    notice = (f"Partial: from the text's last {partial['window_tokens']} tokens, while all "
-              f"{partial['context_tokens']} are read ({partial['read_tokens']} so far); asked again once the "
+    partial = replace(result.partial, read_tokens=read.read_tokens)
+    notice = (f"Partial: from the text's last {partial.window_tokens} tokens, while all "
+              f"{partial.context_tokens} are read ({partial.read_tokens} so far); asked again once the "
               "text is read, the answer is exact.")
-    return {**result, "partial": partial, "notice": notice}
+    return replace(result, partial=partial, notice=notice)
 
 
-def _partial_scores(request: ScoresRequest, read: Read) -> dict:
+def _partial_scores(request: ScoresRequest, read: Read) -> TokenScores:
     """The tokens `read` has scored so far, listed while it reads on (the rest left out), and how far it got. Its
     rows are taken once: the reader replaces them whole after each chunk, so they are whole chunks' rows, the
     same bits as the whole text's first rows once it is read."""
@@ -418,19 +431,18 @@ def _partial_scores(request: ScoresRequest, read: Read) -> dict:
     if rows is None:  # queued behind other reads: nothing scored yet
         rows = unscored(torch.tensor(scored.ids[:0], dtype=torch.long))
     result = scores_result(request.model, scored, rows, len(rows), request.k, tokenizer, len(request.text))
-    partial = {"read_tokens": len(rows), "context_tokens": len(scored.ids)}
-    notice = (f"Partial: the first {partial['read_tokens']} of {partial['context_tokens']} tokens, scored while the "
-              "text is read; asked again, more of them, and once it is read, all.")
-    return {**result, "partial": partial, "notice": notice}
+    notice = (f"Partial: the first {len(rows)} of {len(scored.ids)} tokens, scored while the text is read; asked "
+              "again, more of them, and once it is read, all.")
+    return replace(result, partial=PartialScores(len(rows), len(scored.ids)), notice=notice)
 
 
-def _comparison(request: CompareRequest) -> dict:
+def _comparison(request: CompareRequest) -> ModelComparison:
     """Both models on the text: each one's listing of its tokens, the divergence before each token and at the
     caret where they read the same token ids (else per word), and each one's suggestions at the caret."""
     asked = [model_requests(request, name) for name in request.models]
-    listings = tuple(_token_probabilities(scores)["tokens"] for scores, _, _ in asked)
-    distributions = [_next_tokens(next_tokens)["distribution"] for _, next_tokens, _ in asked]
-    branches = [_lookahead(branches)["branches"] if request.n_branches else [] for _, _, branches in asked]
+    listings = tuple(_token_probabilities(scores).tokens for scores, _, _ in asked)
+    distributions = [_next_tokens(next_tokens) for _, next_tokens, _ in asked]
+    branches = [_lookahead(branches).branches if request.n_branches else [] for _, _, branches in asked]
     (model_a, tokenizer), (model_b, tokenizer_b) = (load_model(name) for name in request.models)
     compared = None
     if read_alike((tokenizer, tokenizer_b), request):  # else the models cut the text into other tokens: per word
@@ -466,15 +478,15 @@ def _context_limit(model: PreTrainedModel) -> int:
     return int(model.config.get_text_config().max_position_embeddings)
 
 
-def _next_tokens(request: DistributionRequest) -> dict:
+def _next_tokens(request: DistributionRequest) -> list[NextToken]:
     """The distribution: the branches' pass with one branch of one token (the sampling shapes p_final only)."""
     one_token = LookaheadRequest(text=request.text, session=request.session, model_name=request.model_name,
                                  messages=request.messages, constraint=request.constraint, n_branches=1, depth=1,
                                  after=request.after, fit_tokens=0)
-    return {"distribution": _distribution(_run(one_token, force=False), request.sampling, request.k)}
+    return _distribution(_run(one_token, force=False), request.sampling, request.k)
 
 
-def _token_probabilities(request: ScoresRequest, stored_only: bool = False) -> dict | None:
+def _token_probabilities(request: ScoresRequest, stored_only: bool = False) -> TokenScores | None:
     model, tokenizer = load_model(request.model_name)
     scored = read_scored_text(request, tokenizer, _context_limit(model))
     key, ids = request.key, scored.ids
@@ -494,7 +506,7 @@ def _token_probabilities(request: ScoresRequest, stored_only: bool = False) -> d
     all_ids = scored.encoding["input_ids"]
     result = scores_result(request.model, scored, rows, reused, request.k, tokenizer, len(request.text),
                            listings.earlier(key, all_ids, scored.dropped, request.k))
-    listings.keep(key, all_ids, scored.dropped, request.k, result["tokens"])
+    listings.keep(key, all_ids, scored.dropped, request.k, result.tokens)
     return result
 
 
@@ -505,9 +517,10 @@ class Listings:
 
     def __init__(self, sessions: int = 64) -> None:
         # key -> (the token ids listed, the tokens dropped before them, the alternatives per token, the entries)
-        self._last: SessionStore[tuple[str, str], tuple[list[int], int, int, list[dict]]] = SessionStore(sessions)
+        self._last: SessionStore[tuple[str, str], tuple[list[int], int, int, list[ScoredToken]]] = SessionStore(
+            sessions)
 
-    def earlier(self, key: tuple[str, str], ids: list[int], dropped: int, k: int) -> tuple[list[dict], int]:
+    def earlier(self, key: tuple[str, str], ids: list[int], dropped: int, k: int) -> tuple[list[ScoredToken], int]:
         """The last listing's entries and the leading positions it shares with `ids` (none if windowed otherwise)."""
         last = self._last.get(key)
         if last is None or last[1:3] != (dropped, k):
@@ -522,7 +535,7 @@ class Listings:
     def forget(self, session: str) -> None:
         self._last.forget(session)
 
-    def keep(self, key: tuple[str, str], ids: list[int], dropped: int, k: int, entries: list[dict]) -> None:
+    def keep(self, key: tuple[str, str], ids: list[int], dropped: int, k: int, entries: list[ScoredToken]) -> None:
         self._last.put(key, (ids, dropped, k, entries))
 
 
@@ -530,7 +543,7 @@ listings = Listings()
 
 
 def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unkept = prefix_caches,
-               window: int | None = None, shown: int | None = None) -> dict:
+               window: int | None = None, shown: int | None = None) -> Suggestions:
     """The branches, each a real choice: they fork after the tokens the model all but certainly writes next (the
     tree reads those first: Lookahead.lead); where branches write the same text, more candidates are continued
     until `shown` (default: the branches asked for) differ."""
@@ -548,19 +561,19 @@ def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore
     wider = more_candidates(request.n_branches, len(sequences), len(branches), shown)
     if wider is not None:
         return _lookahead(replace(request, n_branches=wider), store, window, shown)
-    return {
+    return Suggestions(
         **run.info,
-        "sampling": sampling.as_dict(),
-        "branch_mode": request.branch_mode,
-        "seed": request.seed,
-        "distribution": listed + _refused(run, sampling, listed),
-        "forced": forced_entry(run.forced, run.healed, run.tokenizer),
-        "lead": lead_entry(led, tuple(run.result.lead), tuple(run.result.lead_probs), run.healed, run.tokenizer),
-        "branches": branches[:shown],
-    }
+        sampling=sampling,
+        branch_mode=request.branch_mode,
+        seed=request.seed,
+        distribution=listed + _refused(run, sampling, listed),
+        forced=forced_entry(run.forced, run.healed, run.tokenizer),
+        lead=lead_entry(led, tuple(run.result.lead), tuple(run.result.lead_probs), run.healed, run.tokenizer),
+        branches=branches[:shown],
+    )
 
 
-def _generation(request: GenerateRequest) -> Iterator[dict]:
+def _generation(request: GenerateRequest) -> Iterator[Continuation]:
     """The growing continuation after every pass; stops at EOS, a stop string, `max_new_tokens` or `time_limit` seconds.
 
     In-process a continuation keeps no KV cache, so the session only keys the constraint's matchers."""
@@ -571,7 +584,7 @@ def _generation(request: GenerateRequest) -> Iterator[dict]:
                                             model.device)
     max_new_tokens = min(request.max_new_tokens, _context_limit(model) - 1)  # keep a token of the text to continue
     dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
-    continuation = Continuation(tokenizer, request.method, request.model, dropped, request.stop)
+    continuation = GrowingContinuation(tokenizer, request.method, request.model, dropped, request.stop)
     stops = eos_ids(model.generation_config)
     if request.method == "lookahead":
         costs = model_pass_costs(request.model_name)
@@ -583,11 +596,11 @@ def _generation(request: GenerateRequest) -> Iterator[dict]:
     yield from continuation.follow(((step.tokens, step.sources) for step in steps), request.time_limit)
 
 
-def _attribution(request: AttributionRequest) -> Iterator[dict]:
+def _attribution(request: AttributionRequest) -> Iterator[AttributionProgress | Attribution]:
     """Each token's share in the model's probability of the next token (lookahead/attribution.py), over the
     last `window` tokens of the context (in chat mode the conversation's, the reply's tokens listed); with
-    `at_token`, of that token's place in the text instead, from the tokens before it. Yields {"done", "of"}
-    after each pass over the window, then the result."""
+    `at_token`, of that token's place in the text instead, from the tokens before it. Yields the progress after
+    each pass over the window, then the result."""
     model, tokenizer = load_model(request.model_name)
     text, method, steps = request.text, request.method, request.steps
     encoding, text_start = encode(
@@ -604,19 +617,19 @@ def _attribution(request: AttributionRequest) -> Iterator[dict]:
     of = passes(method, steps)
     while True:
         try:
-            yield {"done": next(work), "of": of}
+            yield AttributionProgress(next(work), of)
         except StopIteration as finished:
             target_token_id, (scores, prob) = finished.value
             break
-    yield {
-        "target": {"token_id": target_token_id, "token": tokenizer.decode([target_token_id]), "prob": prob},
-        "method": method,
-        "steps": steps if method == "integrated_gradients" else 1,
-        "window_tokens": len(ids),
-        "truncated_tokens": dropped,
-        "tokens": attribution_entries(all_ids, [None] * dropped + scores.tolist(), tokenizer, offsets, special,
-                                      text_start, chars),
-    }
+    yield Attribution(
+        target=Target(target_token_id, tokenizer.decode([target_token_id]), prob),
+        method=method,
+        steps=steps if method == "integrated_gradients" else 1,
+        window_tokens=len(ids),
+        truncated_tokens=dropped,
+        tokens=attribution_entries(all_ids, [None] * dropped + scores.tolist(), tokenizer, offsets, special,
+                                   text_start, chars),
+    )
 
 
 def _explained(

@@ -64,7 +64,7 @@ def call_gpu_seconds(request: Request, call: int | None = None) -> int:
 
 
 @spaces.GPU(duration=call_gpu_seconds)
-def on_gpu(request: Request, call: int | None = None) -> Iterator[dict]:
+def on_gpu(request: Request, call: int | None = None) -> Iterator[object]:
     """Run one checked request; everything that touches the model runs here (`answer` dispatches on its type).
 
     One entry point, a generator (Continue streams): spaces keeps one worker pool per
@@ -85,7 +85,7 @@ def on_gpu(request: Request, call: int | None = None) -> Iterator[dict]:
         yield from answer(request)
 
 
-def run_on_gpu(request: Request) -> Iterator[dict]:
+def run_on_gpu(request: Request) -> Iterator[object]:
     """`on_gpu(request)`'s answers. On ZeroGPU a long job runs in a GPU worker, out of this process's reach: it is
     started in this process's scheduler as well, where a cancel finds it, and the cancel is passed on to the worker."""
     kind = LONG_JOBS.get(type(request))

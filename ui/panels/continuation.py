@@ -83,34 +83,34 @@ def continue_text(
     session = session_key(request)
     STOPS.start(session)
     try:
-        results = cli.generate_stream(text, int(n_tokens), method, session=session, messages=messages,
+        results = cli.generate_stream.typed(text, int(n_tokens), method, session=session, messages=messages,
                                       model_name=context.model_name, constraint=constraints.for_text(where.before),
                                       stop=constraints.stop_strings, caret=at)
         for result in results:
             if STOPS.asked(session):
                 results.close()
                 break
-            yield {"text_box": inserted(where, result["text"])[0], "history_state": history,
-                   "continuation_status": f"{len(result['token_ids'])} tokens…"}
+            yield {"text_box": inserted(where, result.text)[0], "history_state": history,
+                   "continuation_status": f"{len(result.token_ids)} tokens…"}
         stopped = STOPS.asked(session)
     finally:
         STOPS.end(session)
-    if result is None or not result["token_ids"]:
+    if result is None or not result.token_ids:
         yield {"text_box": history.text, "caret_sync": caret_out(at), "history_state": history,
                "continuation_status": "Stopped before it wrote anything."}
         return
-    new_text, at = inserted(where, result["text"])
-    history.add(new_text, "continue", result["token_ids"],
-                {"method": result["method"], **({"caret": where.caret} if where.caret is not None else {})})
-    pieces = [(piece, SOURCE_LABELS[source]) for piece, source in
-              zip(result["token_texts"], result["draft_source_per_token"])]
-    n, passes = len(result["token_ids"]), result["forward_passes"]
+    new_text, at = inserted(where, result.text)
+    history.add(new_text, "continue", result.token_ids,
+                {"method": result.method, **({"caret": where.caret} if where.caret is not None else {})})
+    pieces = [(piece, SOURCE_LABELS[source])
+              for piece, source in zip(result.token_texts, result.draft_source_per_token)]
+    n, passes = len(result.token_ids), result.forward_passes
     summary = (
         f"{n} tokens in **{passes} forward passes** ({n / passes:.2f} tokens per pass: a {n / passes:.1f}× "
-        f"speed-up in passes over one token at a time) · {result['seconds']:.2f} s, "
-        f"{n / result['seconds']:.1f} tokens/s"
-        + (" · stopped early to stay within the GPU time it asked for" if result["stopped_for_time"] else "")
-        + (f" · stopped at {result['stop']!r}" if result["stop"] else "")
+        f"speed-up in passes over one token at a time) · {result.seconds:.2f} s, "
+        f"{n / result.seconds:.1f} tokens/s"
+        + (" · stopped early to stay within the GPU time it asked for" if result.stopped_for_time else "")
+        + (f" · stopped at {result.stop!r}" if result.stop else "")
         + (" · stopped by you" if stopped else "")
     )
     yield {"text_box": history.text, "caret_sync": caret_out(at), "text_base": str(history.current),

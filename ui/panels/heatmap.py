@@ -13,9 +13,19 @@ import gradio as gr
 
 import custom_llm_inference as cli
 from history import History
+from lookahead.outputs import ScoredToken, Suggestions
 from ui.controls import Context, Controls, HeatmapView
 from ui.errors import refuse
-from ui.heatmap import COMPARING, HEATMAP_JS, HEATMAP_TEMPLATE, MODES, Shown, heatmap_message, with_comparison
+from ui.heatmap import (
+    COMPARING,
+    HEATMAP_JS,
+    HEATMAP_TEMPLATE,
+    MODES,
+    Listing,
+    Shown,
+    heatmap_message,
+    with_comparison,
+)
 from ui.panels.history import EDITED, edited
 from ui.wiring import Update, Wiring, session_key
 
@@ -38,27 +48,27 @@ def show_heatmap(
         view = replace(view, colour_by=MODES[0])
     shown = view.shown
     comparing = view.colour_by in COMPARING
-    if (rescore or not shown or shown.text != text or shown.result["model"] != context.model_name
-            or comparing and shown.result.get("models") != [context.model_name, view.compare_with]):
+    if (rescore or not shown or shown.text != text or shown.result.model != context.model_name
+            or comparing and shown.result.models != [context.model_name, view.compare_with]):
         result = scores(text, view, context, session_key(request))
     else:
         result = shown.result
-    mode = MODES[0] if comparing and "models" not in result else view.colour_by  # compared once read
+    mode = MODES[0] if comparing and result.models is None else view.colour_by  # compared once read
     message, shown = heatmap_message(text, result, mode, view.threshold, shown)
     return {"heatmap": message, "heatmap_state": shown}
 
 
-def scores(text: str, view: HeatmapView, context: Context, session: str) -> dict:
+def scores(text: str, view: HeatmapView, context: Context, session: str) -> Listing:
     """The first model's listing of the text's tokens; comparing, with how the second model sees each (once the
     text is read: while its first tokens alone are listed, they are coloured by probability)."""
     asked = dict(session=session, messages=context.messages)
-    result = cli.token_probabilities(text, HEATMAP_ALTERNATIVES, model_name=context.model_name, **asked)
-    if view.colour_by not in COMPARING or "partial" in result:
-        return result
+    result = cli.token_probabilities.typed(text, HEATMAP_ALTERNATIVES, model_name=context.model_name, **asked)
+    if view.colour_by not in COMPARING or result.partial is not None:
+        return Listing.of(result)
     models = [context.model_name or cli.default_model_name(), view.compare_with]
-    comparison = cli.compare(text, models, k=1, n_branches=0, **asked)
-    second = (cli.token_probabilities(text, HEATMAP_ALTERNATIVES, model_name=models[1], **asked)
-              if comparison["per"] == "token" else None)
+    comparison = cli.compare.typed(text, models, k=1, n_branches=0, **asked)
+    second = (cli.token_probabilities.typed(text, HEATMAP_ALTERNATIVES, model_name=models[1], **asked)
+              if comparison.per == "token" else None)
     return with_comparison(result, comparison, second)
 
 
@@ -80,20 +90,20 @@ def recolour(text: str, view: HeatmapView, context: Context, request: gr.Request
 
 
 class Suggested(Protocol):
-    """What the heatmap reads of the suggestions on screen (ui/panels/suggestions.py's Suggestions, which shows it)."""
+    """What the heatmap reads of the suggestions on screen (ui/panels/suggestions.py's OnScreen, which shows it)."""
 
     text: str
-    result: dict
+    result: Suggestions
 
 
 def reading(shown: Shown | None, text: str) -> bool:
     """Whether the heatmap shows the first tokens of `text` alone, while the rest is read."""
-    return shown is not None and shown.text == text and "partial" in shown.result
+    return shown is not None and shown.text == text and shown.result.partial is not None
 
 
 def read_timer(shown: Shown | None) -> gr.Timer:
     """The heatmap's timer: on while the heatmap shows part of a long text being read."""
-    return gr.Timer(READ_POLL_SECONDS, active=shown is not None and "partial" in shown.result)
+    return gr.Timer(READ_POLL_SECONDS, active=shown is not None and shown.result.partial is not None)
 
 
 def fill_in(text: str, view: HeatmapView, context: Context, request: gr.Request) -> Update:
@@ -108,7 +118,7 @@ def follow_suggestions(
 ) -> Update:
     """Partial suggestions (a long text being read) come without the heatmap: it follows them with the tokens
     scored so far, then fills in by itself (`fill_in`)."""
-    if (not view.on or suggestions is None or suggestions.text != text or not suggestions.result.get("partial")
+    if (not view.on or suggestions is None or suggestions.text != text or not suggestions.result.partial
             or reading(view.shown, text)):
         return gr.skip()
     return show_heatmap(text, view, context, request, rescore=True)
@@ -119,11 +129,11 @@ def resend_heatmap(text: str, view: HeatmapView, context: Context, request: gr.R
     return show_heatmap(text, replace(view, shown=None), context, request)
 
 
-def heatmap_tokens(heatmap_shown: Shown | None) -> list[dict]:
+def heatmap_tokens(heatmap_shown: Shown | None) -> list[ScoredToken]:
     """The tokens the heatmap shows: a click acts on what the writer sees, even while the colours follow an edit."""
     if not heatmap_shown:
         raise refuse("The heatmap shows nothing yet: turn it on first.")
-    return heatmap_shown.result["tokens"]
+    return heatmap_shown.result.tokens
 
 
 def rewind(heatmap_shown: Shown | None, history: History, event: gr.EventData) -> Update:
@@ -134,12 +144,12 @@ def rewind(heatmap_shown: Shown | None, history: History, event: gr.EventData) -
     index = int(event.index)
     if not 0 <= index < len(tokens):
         raise refuse("That token is no longer shown.")
-    alternative = next((a for a in tokens[index]["alternatives"] or [] if a["token_id"] == int(event.token_id)), None)
+    alternative = next((a for a in tokens[index].alternatives or () if a.token_id == int(event.token_id)), None)
     if alternative is None:
         raise refuse("That alternative is no longer shown.")
-    if "\ufffd" in alternative["token"]:
+    if "\ufffd" in alternative.token:
         raise refuse("That alternative is part of a character split over several tokens.")
-    history.fork(text[: tokens[index]["start"]] + alternative["token"], "rewind", [alternative["token_id"]])
+    history.fork(text[: tokens[index].start] + alternative.token, "rewind", [alternative.token_id])
     return edited(history)
 
 

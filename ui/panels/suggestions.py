@@ -19,6 +19,7 @@ import gradio as gr
 
 import custom_llm_inference as cli
 from history import History
+from lookahead.outputs import Branch, LeadTokens, Suggestions
 from ui.chat import awaiting_user
 from ui.controls import Controls, Draft, Settings
 from ui.errors import refuse
@@ -42,15 +43,16 @@ PREPARING_POLL_SECONDS = 0.25
 # While the writer reads, compute what each shown branch gives if taken (LOOKAHEAD_PRECOMPUTE=0: off).
 PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 FIT_TOKENS = 32  # tokens after the caret each branch's fit is measured on (the API's default)
-ANSWERS = itertools.count(1)  # numbers the suggestions shown (Suggestions.serial)
+ANSWERS = itertools.count(1)  # numbers the suggestions shown (OnScreen.serial)
 PREPARATION = Preparation()  # the model's, in the background from launch: the page answers at once
 
 
-class Suggestions(NamedTuple):
-    """The suggestions on screen: the text they were made for, the result, and where in the text (the caret)."""
+class OnScreen(NamedTuple):
+    """The suggestions on screen: the text they were made for, the engine's answer, and where in the text (the
+    caret)."""
 
     text: str
-    result: dict
+    result: Suggestions
     caret: int | None  # a character offset into `text`; None: its end
     # Each answer's own number: gradio signals a change of state only when its value differs, and what follows new
     # suggestions at a caret (complete_at_caret, through `follow_up`) must follow every answer, one equal to the last
@@ -63,72 +65,71 @@ class Suggestions(NamedTuple):
         return Place(self.text, self.caret)
 
 
-def node_settings(shown: Suggestions | None) -> dict:
+def node_settings(shown: OnScreen | None) -> dict:
     """The settings the suggestions on screen were made with, to record in the history (and where, at a caret)."""
     if not shown:
         return {}
     result = shown.result
-    return {**result["sampling"], "branch_mode": result["branch_mode"], "seed": result["seed"],
-            "model": result["model"], "n_branches": len(result["branches"]),
-            "depth": len(result["branches"][0]["token_ids"]) - len(forced_ids(result)),
+    return {**result.sampling.as_dict(), "branch_mode": result.branch_mode, "seed": result.seed,
+            "model": result.model, "n_branches": len(result.branches),
+            "depth": len(result.branches[0].token_ids) - len(forced_ids(result)),
             **({"caret": shown.caret} if shown.caret is not None else {})}
 
 
-def forced_ids(result: dict) -> list[int]:
+def forced_ids(result: Suggestions) -> list[int]:
     """The tokens before the branches' first choice, which lead every branch: those a constraint wrote by itself,
     then those the model all but certainly writes."""
-    return [token for part in ("forced", "lead") if result.get(part) for token in result[part]["token_ids"]]
+    return [token for part in (result.forced, result.lead) if part for token in part.token_ids]
 
 
-def forced_text(result: dict) -> str | None:
+def forced_text(result: Suggestions) -> str | None:
     """What a constraint writes by itself after the text, if anything beyond healing's whitespace (already there)."""
-    return (result.get("forced") or {}).get("text") or None
+    return result.forced.text if result.forced and result.forced.text else None
 
 
-def before_choice(text: str, result: dict) -> str:
+def before_choice(text: str, result: Suggestions) -> str:
     """The text as the suggestions on screen read it up to the choice they show: with healing, its trailing
     whitespace is the next token's own, so it ends before it; after what a constraint writes by itself and what
     the model all but certainly writes, it is the text and those."""
-    if result.get("forced") or result.get("lead"):
-        return text + "".join((result.get(part) or {}).get("text", "") for part in ("forced", "lead"))
-    return text[: len(text) - len(result["healed_whitespace"])]
+    if result.forced or result.lead:
+        return text + "".join(part.text for part in (result.forced, result.lead) if part)
+    return text[: len(text) - len(result.healed_whitespace)]
 
 
-def status_line(result: dict, ms: float, constraint: dict | None, caret: int | None = None) -> str:
+def status_line(result: Suggestions, ms: float, constraint: dict | None, caret: int | None = None) -> str:
     """Where the suggestions came from: the model, the device, what it read and the time it took. A partial answer
     says which of the text's tokens it read, its own time, and how far the whole text's read has got."""
-    partial = result.get("partial")
+    partial = result.partial
     if partial:
-        read, total = partial["read_tokens"], partial["context_tokens"]
-        read_line = (f"⏳ **Partial:** from the last {partial['window_tokens']:,} of {total:,} tokens in "
-                     f"{1000 * partial['seconds']:.0f} ms, while the whole text is read ({read:,} of {total:,} "
+        read, total = partial.read_tokens, partial.context_tokens
+        read_line = (f"⏳ **Partial:** from the last {partial.window_tokens:,} of {total:,} tokens in "
+                     f"{1000 * partial.seconds:.0f} ms, while the whole text is read ({read:,} of {total:,} "
                      f"tokens, {100 * read // total}%); the exact suggestions follow")
     else:
-        read_line = (f"{result['context_tokens']:,} context tokens · {result['reused_tokens']:,} reused · "
-                     f"{ms:.0f} ms")
+        read_line = f"{result.context_tokens:,} context tokens · {result.reused_tokens:,} reused · {ms:.0f} ms"
     line = (
         ("" if caret is None else f"At the caret (character {caret:,}) · ")
-        + f"**{result['model']}** on {result['device']} · {read_line} · branches {result['branch_mode']}"
-        + (f" (seed {result['seed']})" if result["branch_mode"] == "sample" else "")
+        + f"**{result.model}** on {result.device} · {read_line} · branches {result.branch_mode}"
+        + (f" (seed {result.seed})" if result.branch_mode == "sample" else "")
     )
     if constraint is not None:
         line += f" · constrained ({constraint['type']})"
-    if result["notice"] and not partial:
-        line += f" · ⚠️ {result['notice']}"
-    elif partial and result["truncated_tokens"]:
-        line += (f" · ⚠️ The text is longer than the model's context: its first {result['truncated_tokens']:,} "
+    if result.notice and not partial:
+        line += f" · ⚠️ {result.notice}"
+    elif partial and result.truncated_tokens:
+        line += (f" · ⚠️ The text is longer than the model's context: its first {result.truncated_tokens:,} "
                  "tokens are left out")
     return line
 
 
-def branch_choices(branches: list[dict], lead: dict | None = None) -> Update:
+def branch_choices(branches: list[Branch], lead: LeadTokens | None = None) -> Update:
     """A button per branch, labelled with it (after the `lead` they share); the buttons beyond are hidden."""
     return {"branches": [gr.update(value=branch_label(branch, lead), visible=True) for branch in branches]}
 
 
-def ordered_by_fit(branches: list[dict]) -> list[dict]:
+def ordered_by_fit(branches: list[Branch]) -> list[Branch]:
     """The branches, those that lead best into the text after the caret first (those without a fit last)."""
-    return sorted(branches, key=lambda b: -math.inf if b["fit"] is None else b["fit"], reverse=True)
+    return sorted(branches, key=lambda b: -math.inf if b.fit is None else b.fit, reverse=True)
 
 
 def fit_after() -> bool:
@@ -151,11 +152,12 @@ def answer_mark(serial: int, text: str) -> str:
     return f"{serial}:{zlib.crc32(text.encode('utf-16-le'))}"
 
 
-def ask(place: Place, settings: Settings, request: gr.Request, fit_tokens: int, yielding: bool = False) -> dict:
+def ask(place: Place, settings: Settings, request: gr.Request, fit_tokens: int, yielding: bool = False
+        ) -> Suggestions:
     """The lookahead at `place` with the page's settings (a constraint applies from the caret if it began after
     it)."""
     shape, context, constraints = settings.shape, settings.context, settings.constraints
-    return cli.lookahead(
+    return cli.lookahead.typed(
         place.text, int(shape.n_branches), int(shape.depth), branch_mode=shape.branch_mode, seed=shape.seed,
         sampling=settings.sampling, session=session_key(request), model_name=context.model_name,
         messages=context.messages, precompute=PRECOMPUTE and not yielding, partial=not yielding,
@@ -164,7 +166,7 @@ def ask(place: Place, settings: Settings, request: gr.Request, fit_tokens: int, 
     )
 
 
-def suggestions_for(place: Place, settings: Settings, request: gr.Request) -> tuple[Suggestions, float]:
+def suggestions_for(place: Place, settings: Settings, request: gr.Request) -> tuple[OnScreen, float]:
     """The suggestions at `place` with the page's settings, and the milliseconds they took."""
     if settings.shape.seed is None:
         raise refuse("Give a seed (a whole number, 0 or more).")
@@ -175,8 +177,8 @@ def suggestions_for(place: Place, settings: Settings, request: gr.Request) -> tu
     result = ask(place, settings, request, fit_tokens)
     ms = 1000 * (time.perf_counter() - start)
     if settings.shape.by_fit:
-        result = {**result, "branches": ordered_by_fit(result["branches"])}
-    return Suggestions(place.text, result, place.caret, next(ANSWERS), settings), ms
+        result = replace(result, branches=ordered_by_fit(result.branches))
+    return OnScreen(place.text, result, place.caret, next(ANSWERS), settings), ms
 
 
 def heatmap_after(text: str, settings: Settings, request: gr.Request) -> Update:
@@ -216,19 +218,19 @@ def suggest(draft: Draft, history: History, settings: Settings, request: gr.Requ
     result = shown.result
     # After the branches, whose pass scored the text; a long text's colours come once it is read, and at a caret
     # they follow (complete_at_caret): the text after it may have to be read again first.
-    heat = {} if result["partial"] or shown.caret is not None else heatmap_after(text, settings, request)
-    return {"shown_state": shown, **branch_choices(result["branches"], result.get("lead")),
-            "plot": distribution_plot(result["distribution"], forced_text(result), result.get("lead")),
+    heat = {} if result.partial or shown.caret is not None else heatmap_after(text, settings, request)
+    return {"shown_state": shown, **branch_choices(result.branches, result.lead),
+            "plot": distribution_plot(result.distribution, forced_text(result), result.lead),
             "status": status_line(result, ms, settings.constraints.constraint, shown.caret),
             "marker": caret_marker(text, shown.caret),
-            "read_timer": gr.Timer(READ_POLL_SECONDS, active=bool(result["partial"])), **history_shown(history),
+            "read_timer": gr.Timer(READ_POLL_SECONDS, active=bool(result.partial)), **history_shown(history),
             **heat, "text_base": str(history.current), "answer_sync": answer_mark(shown.serial, text),
             "answered": shown.serial,
-            **({"follow_up": shown.serial} if shown.caret is not None and not result["partial"] else {})}
+            **({"follow_up": shown.serial} if shown.caret is not None and not result.partial else {})}
 
 
 def suggest_beside(
-    draft: Draft, shown: Suggestions | None, history: History, settings: Settings, request: gr.Request
+    draft: Draft, shown: OnScreen | None, history: History, settings: Settings, request: gr.Request
 ) -> Update:
     """A second model's panel, after each answer of the first's: nothing while no model is chosen for it, nor where
     its suggestions on screen were made for this text, caret and settings already (its own click brought them,
@@ -251,34 +253,34 @@ def suggest_at_moved_caret(draft: Draft, history: History, settings: Settings, r
 
 
 def complete_at_caret(
-    text: str, shown: Suggestions | None, settings: Settings, request: gr.Request, waiting: bool = False
+    text: str, shown: OnScreen | None, settings: Settings, request: gr.Request, waiting: bool = False
 ) -> Iterator[Update]:
     """What suggestions at a caret come without, so that they never wait for it: the branches' fit where it
     follows them (`fit_after`), asked again as a call that yields to every other and that the session's next
     event cancels (the buttons then keep what they show); then the heatmap, for which the session reads again
     whatever an insertion changed after the caret. `waiting`: another event of the session waits (it brings its
     own)."""
-    if not shown or shown.text != text or shown.caret is None or shown.result["partial"] or waiting:
+    if not shown or shown.text != text or shown.caret is None or shown.result.partial or waiting:
         yield gr.skip()
         return
-    branches = shown.result["branches"]
-    if bool(shown.place.after and branches) and fit_after() and all(b["fit"] is None for b in branches):
+    branches = shown.result.branches
+    if bool(shown.place.after and branches) and fit_after() and all(b.fit is None for b in branches):
         try:
             result = ask(shown.place, settings, request, FIT_TOKENS, yielding=True)
         except cli.Cancelled:
             yield gr.skip()
             return
-        fits = {tuple(b["token_ids"]): b["fit"] for b in result["branches"]}
+        fits = {tuple(b.token_ids): b.fit for b in result.branches}
         if any(fit is not None for fit in fits.values()):  # none where every branch ends
-            branches = [{**b, "fit": fits.get(tuple(b["token_ids"]))} for b in branches]
+            branches = [replace(b, fit=fits.get(tuple(b.token_ids))) for b in branches]
             if settings.shape.by_fit:
                 branches = ordered_by_fit(branches)
-            yield {"shown_state": shown._replace(result={**shown.result, "branches": branches}),
-                   **branch_choices(branches, shown.result.get("lead"))}
+            yield {"shown_state": shown._replace(result=replace(shown.result, branches=branches)),
+                   **branch_choices(branches, shown.result.lead)}
     yield heatmap_after(text, settings, request)
 
 
-def on_screen(shown: Suggestions | None) -> Suggestions:
+def on_screen(shown: OnScreen | None) -> OnScreen:
     """The suggestions the writer sees, whichever text they were made for (a "why?" asks about what is shown)."""
     if not shown:
         raise refuse("No suggestions are shown yet: write something first.")
@@ -286,8 +288,8 @@ def on_screen(shown: Suggestions | None) -> Suggestions:
 
 
 def current(
-    draft: Draft, shown: Suggestions | None, history: History, settings: Settings, request: gr.Request
-) -> Suggestions:
+    draft: Draft, shown: OnScreen | None, history: History, settings: Settings, request: gr.Request
+) -> OnScreen:
     """The suggestions a click applies to: those on screen when they were made for the text the click acts on, else
     fresh ones for it, computed now. A click that came before an edit's suggestions (a paste, typing) waits for
     them and applies to them, instead of being refused; its session's events ahead of it have run (ui/ordering.py)."""
@@ -303,27 +305,27 @@ def current(
 
 
 def take_branch(
-    index: int, shown: Suggestions, history: History, word: bool = False
+    index: int, shown: OnScreen, history: History, word: bool = False
 ) -> tuple[str, int | None, History]:
     """The text with branch `index` inserted at the caret, exactly as the engine spelled it (with `word`, only its
     first word), and the caret after it."""
     result = shown.result
-    if index >= len(result["branches"]):
+    if index >= len(result.branches):
         raise refuse("That branch is no longer shown.")
-    branch = result["branches"][index]
-    piece = first_word(branch["text"]) if word else branch["text"]
-    whole = piece == branch["text"]
+    branch = result.branches[index]
+    piece = first_word(branch.text) if word else branch.text
+    whole = piece == branch.text
     new_text, caret = inserted(shown.place, piece)
-    history.add(new_text, "branch" if whole else "word", branch["token_ids"] if whole else [], node_settings(shown))
-    if whole and branch.get("ends"):
+    history.add(new_text, "branch" if whole else "word", branch.token_ids if whole else [], node_settings(shown))
+    if whole and branch.ends:
         gr.Info("The model would end here (the branch reached its end-of-sequence token).")
-    elif whole and branch.get("stop"):
-        gr.Info(f"The branch stopped at the stop string {branch['stop']!r} (left out of the text).")
+    elif whole and branch.stop:
+        gr.Info(f"The branch stopped at the stop string {branch.stop!r} (left out of the text).")
     return history.text, caret, history
 
 
 def take_branch_and_suggest(
-    index: int, draft: Draft, shown: Suggestions | None, history: History, settings: Settings, request: gr.Request,
+    index: int, draft: Draft, shown: OnScreen | None, history: History, settings: Settings, request: gr.Request,
     word: bool = False,
 ) -> Update:
     """A click: the branch inserted at the caret and the new suggestions, in one event (at the end of the text they
@@ -334,7 +336,7 @@ def take_branch_and_suggest(
     context = settings.context
     conversation = context.conversation
     replying = context.chat_mode == "chat" and conversation and conversation[-1]["role"] == "user"
-    ends = shown.result["branches"][index].get("ends") and not word and shown.caret is None
+    ends = shown.result.branches[index].ends and not word and shown.caret is None
     turn = (send_reply(text, conversation, history) if replying and ends
             else {"text_box": text, "caret_sync": caret_out(caret), "conversation_state": conversation,
                   "conversation_view": conversation})
@@ -344,28 +346,28 @@ def take_branch_and_suggest(
 
 
 def take_word_and_suggest(
-    draft: Draft, shown: Suggestions | None, history: History, settings: Settings, request: gr.Request
+    draft: Draft, shown: OnScreen | None, history: History, settings: Settings, request: gr.Request
 ) -> Update:
     """Alt+W: the first branch's next word only, inserted at the caret, and the new suggestions."""
     return take_branch_and_suggest(0, draft, shown, history, settings, request, word=True)
 
 
 def force_token(
-    draft: Draft, shown: Suggestions | None, history: History, settings: Settings, event: gr.EventData,
+    draft: Draft, shown: OnScreen | None, history: History, settings: Settings, event: gr.EventData,
     request: gr.Request,
 ) -> Update:
     """Insert the token clicked in the plot at the caret, whatever its probability."""
     shown = current(draft, shown, history, settings, request)
     result = shown.result
-    entry = next((d for d in result["distribution"] if d["token_id"] == event.token_id), None)
+    entry = next((d for d in result.distribution if d.token_id == event.token_id), None)
     if entry is None:
         raise refuse("That token is no longer among the likeliest after your edit; click one the plot shows now.")
-    if "\ufffd" in entry["token"]:
+    if "\ufffd" in entry.token:
         raise refuse("That token is part of a character split over several tokens; take a branch instead.")
-    if not entry.get("valid", True):
+    if not entry.valid:
         raise refuse("The constraint does not allow that token (✗); turn the constraint off to write it.")
-    new_text, caret = inserted(shown.place, entry["token"], before_choice(shown.place.before, result))
-    history.add(new_text, "token", [*forced_ids(result), entry["token_id"]], node_settings(shown))
+    new_text, caret = inserted(shown.place, entry.token, before_choice(shown.place.before, result))
+    history.add(new_text, "token", [*forced_ids(result), entry.token_id], node_settings(shown))
     return edited(history, caret)
 
 
@@ -388,7 +390,7 @@ class SuggestionsPanel:
             self._build()
 
     def _build(self) -> None:
-        self.shown_state = gr.State(None)  # the Suggestions behind the buttons on screen
+        self.shown_state = gr.State(None)  # the suggestions behind the buttons on screen (OnScreen)
         self.follow_up = gr.State(None)  # the number of suggestions at a caret, which their fit and heatmap follow
         self.answered = gr.State(None)  # the number of the answer shown, which another model's panel follows
         self.marker = gr.HTML(elem_id=f"caret-marker-view{self.suffix}")
@@ -445,7 +447,7 @@ class SuggestionsPanel:
         # at the end of the text bring everything themselves: no event follows them (a round trip per click saved).
         order = wiring.order
 
-        def completing(text: str, shown: Suggestions | None, settings: Settings,
+        def completing(text: str, shown: OnScreen | None, settings: Settings,
                        request: gr.Request) -> Iterator[Update]:
             yield from complete_at_caret(text, shown, settings, request, order.others_waiting(session_key(request)))
 

@@ -7,14 +7,17 @@ work yielding to everyone's suggestions; a newer question of the session cancels
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import gradio as gr
 
 import custom_llm_inference as cli
+from lookahead.outputs import AttributionProgress, Suggestions
 from ui.controls import Context, Controls
 from ui.errors import handled, refuse
 from ui.heatmap import Shown
 from ui.panels.heatmap import heatmap_tokens
-from ui.panels.suggestions import Suggestions, before_choice, forced_ids, on_screen
+from ui.panels.suggestions import OnScreen, before_choice, forced_ids, on_screen
 from ui.render import attribution_view
 from ui.scripts import WHY_BRANCH_JS
 from ui.wiring import Update, Wiring, session_key
@@ -22,29 +25,42 @@ from ui.wiring import Update, Wiring, session_key
 WHY_OUTPUTS = ["why", "why_state"]
 
 
+class Question(NamedTuple):
+    """What a "why?" asks: which token (None: the model's first choice) after which text, or at which of its tokens
+    (`at_token`, the writer's token `where`), and the probability the page showed for it (`shown_prob`)."""
+
+    text: str
+    target_token_id: int | None
+    at_token: int | None
+    where: str | None
+    messages: list[dict] | None
+    model_name: str | None
+    shown_prob: float | None = None
+
+
 def explain_token(
-    shown: Suggestions | None, method: str, context: Context, request: gr.Request, event: gr.EventData,
+    shown: OnScreen | None, method: str, context: Context, request: gr.Request, event: gr.EventData,
     progress=gr.Progress(),
 ) -> Update:
     """"why?" beside a token in the plot: what in the text (before the caret) drives the model towards it."""
     shown = on_screen(shown)
-    entry = next((d for d in shown.result["distribution"] if d["token_id"] == event.token_id), None)
+    entry = next((d for d in shown.result.distribution if d.token_id == event.token_id), None)
     if entry is None:
         raise refuse("That token is no longer shown.")
-    return explain(next_token_question(shown.place.before, shown.result, entry["token_id"], context), method, request,
+    return explain(next_token_question(shown.place.before, shown.result, entry.token_id, context), method, request,
                    progress)
 
 
 def explain_branch(
-    index: int, shown: Suggestions | None, method: str, context: Context, request: gr.Request,
+    index: int, shown: OnScreen | None, method: str, context: Context, request: gr.Request,
     progress=gr.Progress(),
 ) -> Update:
     """"why?" on a branch: what in the text (before the caret) drives the model towards the branch's first token."""
     shown = on_screen(shown)
     result = shown.result
-    if index is None or not 0 <= int(index) < len(result["branches"]):
+    if index is None or not 0 <= int(index) < len(result.branches):
         raise refuse("That branch is no longer shown.")
-    first = result["branches"][int(index)]["token_ids"][len(forced_ids(result))]
+    first = result.branches[int(index)].token_ids[len(forced_ids(result))]
     return explain(next_token_question(shown.place.before, result, first, context), method, request, progress)
 
 
@@ -57,36 +73,35 @@ def explain_heatmap_token(
     tokens = heatmap_tokens(heatmap_shown)
     text = heatmap_shown.text
     index = int(event.index)
-    if not 0 <= index < len(tokens) or tokens[index]["prob"] is None:
+    if not 0 <= index < len(tokens) or tokens[index].prob is None:
         raise refuse("That token is no longer shown.")
-    question = {"text": text, "target_token_id": None, "at_token": index, "where": tokens[index]["token"],
-                "messages": context.messages, "model_name": context.model_name}
+    question = Question(text, None, index, tokens[index].token, context.messages, context.model_name)
     return explain(question, method, request, progress)
 
 
-def next_token_question(text: str, result: dict, token_id: int, context: Context) -> Update:
+def next_token_question(text: str, result: Suggestions, token_id: int, context: Context) -> Question:
     """Why `token_id` next, as the suggestions on screen saw the text."""
-    shown_prob = next((d["prob"] for d in result["distribution"] if d["token_id"] == token_id), None)
-    return {"text": before_choice(text, result), "target_token_id": token_id, "at_token": None, "where": None,
-            "messages": context.messages, "model_name": context.model_name, "shown_prob": shown_prob}
+    shown_prob = next((d.prob for d in result.distribution if d.token_id == token_id), None)
+    return Question(before_choice(text, result), token_id, None, None, context.messages, context.model_name,
+                    shown_prob)
 
 
-def explain(question: dict | None, method: str, request: gr.Request, progress=gr.Progress()) -> Update:
+def explain(question: Question | None, method: str, request: gr.Request, progress=gr.Progress()) -> Update:
     """The explanation asked by `question` (which token, after which text) by `method`, the progress shown as
     it goes (integrated gradients takes several passes); also the question, for a switch of method."""
     if question is None:
         return {"why": gr.skip(), "why_state": None}
     result = None
     try:
-        for result in cli.attribution_stream(
-            question["text"], question["target_token_id"], method, session=session_key(request),
-            messages=question["messages"], model_name=question["model_name"], at_token=question["at_token"],
+        for result in cli.attribution_stream.typed(
+            question.text, question.target_token_id, method, session=session_key(request),
+            messages=question.messages, model_name=question.model_name, at_token=question.at_token,
         ):
-            if "done" in result:
-                progress((result["done"], result["of"]), desc=f"why? {method.replace('_', ' ')}", unit="passes")
+            if isinstance(result, AttributionProgress):
+                progress((result.done, result.of), desc=f"why? {method.replace('_', ' ')}", unit="passes")
     except cli.Cancelled:  # a newer question, Stop, or the tab closed: what the page shows stays
         return {"why": gr.skip(), "why_state": gr.skip()}
-    return {"why": attribution_view(question["text"], result, question["where"], question.get("shown_prob")),
+    return {"why": attribution_view(question.text, result, question.where, question.shown_prob),
             "why_state": question}
 
 

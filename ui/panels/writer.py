@@ -11,12 +11,12 @@ from ui.controls import Controls, Draft
 from ui.errors import refuse
 from ui.insertion import Place, caret_in, inserted
 from ui.panels.history import DEFAULT_TEXT, EDITED, edited
-from ui.panels.suggestions import Suggestions, node_settings
+from ui.panels.suggestions import OnScreen, node_settings
 from ui.scripts import PLACE_CARET_JS
 from ui.wiring import Update, Wiring
 
 
-def append_text(draft: Draft, extra: str, shown: Suggestions | None, history: History) -> Update:
+def append_text(draft: Draft, extra: str, shown: OnScreen | None, history: History) -> Update:
     """Insert the text typed beside Append at the caret (at the end, without one), as it is."""
     if not extra:
         raise refuse("Type the text to append first.")

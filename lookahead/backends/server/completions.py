@@ -54,6 +54,7 @@ from lookahead.comparison import at_tokens, comparison_result, model_requests, r
 from lookahead.constraints import Guide, MatcherStore
 from lookahead.context import ScoredText, follow_ids, read_prompt, read_scored_text
 from lookahead.models import load_tokenizer, stop_tokens
+from lookahead.outputs import Attribution, Continuation, ModelComparison, NextToken, Suggestions, TokenScores
 from lookahead.requests import (
     AttributionRequest,
     CompareRequest,
@@ -65,7 +66,7 @@ from lookahead.requests import (
 from lookahead.results import (
     DISTRIBUTION_ROWS,
     MAX_LEAD_TOKENS,
-    Continuation,
+    GrowingContinuation,
     branch_entries,
     context_info,
     distribution_entries,
@@ -201,7 +202,7 @@ class Context:
 class Scored(NamedTuple):
     """A text scored by the server: token_probabilities' answer, and what it was built from."""
 
-    result: dict
+    result: TokenScores
     text: ScoredText  # the text as tokenized, and the window the server read
     positions: list[Position | None]  # the server's log-probabilities at each position of that window
 
@@ -255,7 +256,7 @@ class CompletionsBackend:
         self.matchers = MatcherStore()  # each session's constraint matchers, as in-process
 
     def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
-                  yielding: bool = False) -> dict:
+                  yielding: bool = False) -> Suggestions:
         """The branches; `precompute`, `partial` and `yielding` are not needed here (the server's prefix cache keeps
         the text, and the server schedules its requests, a long text's read among them)."""
         self._constrainable(request)
@@ -265,7 +266,7 @@ class CompletionsBackend:
         return self._lookahead(request)
 
     def _lookahead(self, request: LookaheadRequest, lead_probs: tuple[float, ...] = (),
-                   shown: int | None = None) -> dict:
+                   shown: int | None = None) -> Suggestions:
         """The branches, each a real choice, as in-process: a token the model all but certainly writes next leads
         them all (`lead_probs`: the probabilities of those in `request.lead`); where branches write the same text,
         more candidates are continued until `shown` (default: the branches asked for) differ."""
@@ -281,38 +282,38 @@ class CompletionsBackend:
         stops = stop_tokens(context.model)
         lead = lead_token(distribution, stops, request.lead)
         if lead is not None:
-            return self._lookahead(replace(request, lead=(*request.lead, lead["token_id"])),
-                                   (*lead_probs, lead["prob"]), shown)
+            return self._lookahead(replace(request, lead=(*request.lead, lead.token_id)),
+                                   (*lead_probs, lead.prob), shown)
         firsts = distribution[:n_branches]  # the branches start from the best tokens by p_final
         if valid is not None:  # the best valid ones, those past the server's top log-probabilities as it ranks them
-            firsts = [f for f in firsts if f["valid"]]
+            firsts = [f for f in firsts if f.valid]
             while len(firsts) < n_branches and (first := self._constrained_first(context, sampling, firsts)):
                 firsts.append(first)
         if context.guide is None:
-            sequences = self._continue_branches(context, [f["token_id"] for f in firsts], request)
+            sequences = self._continue_branches(context, [f.token_id for f in firsts], request)
         else:
-            sequences = [self._continue_constrained(context, f["token_id"], request) for f in firsts]
+            sequences = [self._continue_constrained(context, f.token_id, request) for f in firsts]
         branches = branch_entries([[*context.forced, *seq] for seq in sequences], stops, firsts, context.healed,
                                   context.tokenizer, request.stop)
         wider = more_candidates(n_branches, len(sequences), len(branches), shown)
         if wider is not None:
             return self._lookahead(replace(request, n_branches=wider), lead_probs, shown)
-        fits = self._fits(context, [branch["token_ids"][len(context.forced):] for branch in branches[:shown]], request)
-        return {
+        fits = self._fits(context, [branch.token_ids[len(context.forced):] for branch in branches[:shown]], request)
+        return Suggestions(
             **self._info(context, reused, exact),
-            "partial": None,  # the server reads a long text itself, scheduling it among its other requests
-            "sampling": sampling.as_dict(),
-            "branch_mode": request.branch_mode,
-            "seed": request.seed,
-            "distribution": distribution[: max(DISTRIBUTION_ROWS, shown)],
-            "forced": forced_entry(list(context.forced[: len(context.forced) - len(request.lead)]), context.healed,
-                                   context.tokenizer),
-            "lead": lead_entry(list(context.forced), request.lead, lead_probs, context.healed, context.tokenizer),
-            "branches": [{**branch, "fit": None if branch["ends"] or branch["stop"] or fits is None else fit}
-                         for branch, fit in zip(branches[:shown], fits or [None] * shown)],
-        }
+            partial=None,  # the server reads a long text itself, scheduling it among its other requests
+            sampling=sampling,
+            branch_mode=request.branch_mode,
+            seed=request.seed,
+            distribution=distribution[: max(DISTRIBUTION_ROWS, shown)],
+            forced=forced_entry(list(context.forced[: len(context.forced) - len(request.lead)]), context.healed,
+                                context.tokenizer),
+            lead=lead_entry(list(context.forced), request.lead, lead_probs, context.healed, context.tokenizer),
+            branches=[replace(branch, fit=None if branch.ends or branch.stop or fits is None else fit)
+                      for branch, fit in zip(branches[:shown], fits or [None] * shown)],
+        )
 
-    def distribution(self, request: DistributionRequest) -> list[dict]:
+    def distribution(self, request: DistributionRequest) -> list[NextToken]:
         self._constrainable(request)
         context = self._context(request, room=1)
         top, _, ceiling = self._next_tokens(context, request.k)
@@ -321,10 +322,10 @@ class CompletionsBackend:
                                                  context.allowed, valid, ceiling)
         return distribution_entries(logprobs, final, request.k, context.tokenizer, valid=valid)
 
-    def scores(self, request: ScoresRequest) -> dict:
+    def scores(self, request: ScoresRequest) -> TokenScores:
         return self._scores(request).result
 
-    def generate(self, request: GenerateRequest) -> Iterator[dict]:
+    def generate(self, request: GenerateRequest) -> Iterator[Continuation]:
         """The server's greedy continuation, streamed (one server step per token: the method has no say here).
 
         Under a constraint, one request per token, each allowing only the tokens the constraint allows next."""
@@ -350,21 +351,22 @@ class CompletionsBackend:
         # the server schedules its work; here the continuation can be cancelled between tokens
         job = scheduler.start(request.session, "continuation", request)
         passes = scheduler.steps(job, passes)
-        yield from Continuation(tokenizer, "greedy", model, dropped, request.stop).follow(passes, request.time_limit)
+        continuation = GrowingContinuation(tokenizer, "greedy", model, dropped, request.stop)
+        yield from continuation.follow(passes, request.time_limit)
 
-    def attribution(self, request: AttributionRequest) -> Iterator[dict]:
+    def attribution(self, request: AttributionRequest) -> Iterator[Attribution]:
         raise ValueError(f"attribution needs the model's weights and gradients in this process; the "
                          f"{self.server.name} server returns log-probabilities only: ask it of the in-process "
                          "backend (use_backend())")
 
-    def compare(self, request: CompareRequest) -> dict:
+    def compare(self, request: CompareRequest) -> ModelComparison:
         """Each model asked of its own server. Where both read the text as the same token ids, the divergences come
         from their top N log-probabilities (`js_over`: N), a lower bound of the whole distributions'."""
         asked = [model_requests(request, name) for name in request.models]
         scored = [self._scores(scores) for scores, _, _ in asked]
-        listings = (scored[0].result["tokens"], scored[1].result["tokens"])
+        listings = (scored[0].result.tokens, scored[1].result.tokens)
         distributions = [self.distribution(distribution) for _, distribution, _ in asked]
-        branches = [self.lookahead(lookahead)["branches"] if request.n_branches else [] for _, _, lookahead in asked]
+        branches = [self.lookahead(lookahead).branches if request.n_branches else [] for _, _, lookahead in asked]
         tokenizers = (load_tokenizer(request.models[0]), load_tokenizer(request.models[1]))
         compared = self._compared(request, [scores for scores, _, _ in asked], scored) if read_alike(
             tokenizers, request) else None
@@ -472,18 +474,17 @@ class CompletionsBackend:
         return NextTokens(self.server.top_logprobs(choice), self.server.cached_tokens(answer),
                           self.server.ceiling(choice))
 
-    def _constrained_first(self, context: Context, sampling: Sampling, taken: list[dict]) -> dict | None:
+    def _constrained_first(self, context: Context, sampling: Sampling, taken: list[NextToken]) -> NextToken | None:
         """The best valid token but those `taken`, where it did not come back among the top log-probabilities (as the
         server chooses it); None where the constraint allows no other."""
         allowed = context.guide.valid() if context.allowed is None else context.guide.valid() & context.allowed
         allowed = allowed.clone()
-        allowed[[first["token_id"] for first in taken]] = False
+        allowed[[first.token_id for first in taken]] = False
         if not allowed.any():
             return None
         token = next(self._constrained_tokens(context.model, context.ids, context.guide.fork(), set(), 1,
                                               context.session, sampling, first_allowed=allowed))
-        return {"token_id": token, "token": context.tokenizer.decode([token]), "prob": 0.0, "logprob": float("-inf"),
-                "p_final": 1.0, "kept": True, "valid": True}
+        return NextToken(token, context.tokenizer.decode([token]), 0.0, float("-inf"), 1.0)
 
     def _fits(self, context: Context, sequences: list[list[int]], request: LookaheadRequest) -> list[float] | None:
         """Each branch's fit with the text after the caret (lookahead/branches.py), from the server's log-probabilities

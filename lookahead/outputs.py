@@ -1,0 +1,274 @@
+"""What the engine answers: one frozen type per answer, as lookahead/requests.py has one per question.
+
+Every backend builds these (lookahead/results.py holds the builders), the page reads them by attribute, and
+`as_json` turns them into the plain JSON that the public functions, the endpoints and MCP return, at the edge.
+The entries a long text has thousands of (`ScoredToken`, `Alternative`, `NextToken`) are named tuples: as cheap to
+build as the dicts they replace; the rest are frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, is_dataclass
+from typing import NamedTuple, TypeVar
+
+from lookahead.sampling import Sampling
+
+Answer = TypeVar("Answer")
+
+
+class NextToken(NamedTuple):
+    """A candidate next token: p_base (`prob`, the plain softmax), p_final (after the sampling settings; 0 where a
+    filter or the constraint cut it), whether a filter kept it and whether the constraint allows it."""
+
+    token_id: int
+    token: str
+    prob: float
+    logprob: float
+    p_final: float
+    kept: bool = True
+    valid: bool = True
+
+
+class Alternative(NamedTuple):
+    """One of the likeliest tokens at a text token's place."""
+
+    token_id: int
+    token: str
+    prob: float
+
+
+class ScoredToken(NamedTuple):
+    """A token of the text as the model read it: `text[start:end]` is its share; the scores are None where nothing
+    came before it, or where a server's top N left it out (`rank_above`: N then)."""
+
+    token_id: int
+    token: str
+    start: int
+    end: int
+    prob: float | None
+    logprob: float | None
+    rank: int | None
+    entropy: float | None
+    alternatives: tuple[Alternative, ...] | None
+    rank_above: int | None = None
+
+
+@dataclass(frozen=True)
+class Branch:
+    """A lookahead branch: its tokens, the text to insert, its first token's p_base and p_final (summed over the
+    candidates that wrote the same text), whether it ends the text, the stop string that cut it, and its fit with
+    the text after the caret."""
+
+    token_ids: list[int]
+    text: str
+    prob: float
+    p_final: float
+    ends: bool
+    stop: str | None
+    fit: float | None
+
+
+@dataclass(frozen=True)
+class ForcedTokens:
+    """What a constraint writes by itself before the branches' first choice."""
+
+    token_ids: list[int]
+    text: str
+
+
+@dataclass(frozen=True)
+class LeadTokens:
+    """What the model all but certainly writes before the branches' first choice, and how likely all of it is."""
+
+    token_ids: list[int]
+    text: str
+    prob: float
+
+
+@dataclass(frozen=True)
+class PartialSuggestions:
+    """A long text's suggestions from its last `window_tokens` tokens, while all are read."""
+
+    window_tokens: int
+    context_tokens: int
+    seconds: float | None = None
+    read_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Suggestions:
+    """`lookahead`'s answer: the context the model read, the next-token distribution and the branches."""
+
+    model: str
+    device: str
+    context_tokens: int
+    reused_tokens: int
+    truncated_tokens: int
+    healed_whitespace: str
+    notice: str
+    partial: PartialSuggestions | None
+    sampling: Sampling
+    branch_mode: str
+    seed: int
+    distribution: list[NextToken]
+    forced: ForcedTokens | None
+    lead: LeadTokens | None
+    branches: list[Branch]
+
+
+@dataclass(frozen=True)
+class PartialScores:
+    """How many of a long text's tokens are scored so far, of how many."""
+
+    read_tokens: int
+    context_tokens: int
+
+
+@dataclass(frozen=True)
+class TokenScores:
+    """`token_probabilities`' answer: each token of the text, scored (only the first ones while `partial`)."""
+
+    model: str
+    context_tokens: int
+    reused_tokens: int
+    truncated_tokens: int
+    tokens: list[ScoredToken]
+    partial: PartialScores | None = None
+    notice: str | None = None
+
+
+@dataclass(frozen=True)
+class AttributedToken:
+    """A token of the text and its share of the attribution (None: before the window)."""
+
+    token_id: int
+    token: str
+    start: int
+    end: int
+    score: float | None
+
+
+@dataclass(frozen=True)
+class Target:
+    """The next token an attribution explains."""
+
+    token_id: int
+    token: str
+    prob: float
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """`attribution`'s answer."""
+
+    target: Target
+    method: str
+    steps: int
+    window_tokens: int
+    truncated_tokens: int
+    tokens: list[AttributedToken]
+
+
+@dataclass(frozen=True)
+class AttributionProgress:
+    """An attribution's passes done so far, of how many."""
+
+    done: int
+    of: int
+
+
+@dataclass(frozen=True)
+class ComparedToken:
+    """A token of the text under two models: each one's log-probability and rank, their divergence before it (bits),
+    and what each would have written there instead."""
+
+    token_id: int
+    token: str
+    start: int
+    end: int
+    logprob: list[float | None]
+    rank: list[int | None]
+    js: float | None
+    top: list[str] | None
+
+
+@dataclass(frozen=True)
+class ComparedWord:
+    """A word both tokenizers cut whole, and its log-probability under each model."""
+
+    start: int
+    end: int
+    text: str
+    logprob: list[float | None]
+
+
+@dataclass(frozen=True)
+class NextCompared:
+    """Each model's next tokens at the caret, and their divergence (None per word)."""
+
+    distributions: list[list[NextToken]]
+    js: float | None
+
+
+@dataclass(frozen=True)
+class ModelComparison:
+    """`compare`'s answer: two models on one text, token by token (or word by word), and at the caret."""
+
+    models: list[str]
+    per: str
+    js_over: int | None
+    tokens: list[ComparedToken] | None
+    words: list[ComparedWord] | None
+    next: NextCompared
+    branches: list[list[Branch]]
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """`generate`'s answer (after each pass, growing): the text written, its tokens, and how decoding went."""
+
+    text: str
+    token_ids: list[int]
+    token_texts: list[str]
+    forward_passes: int
+    tokens_per_pass: float
+    seconds: float
+    accepted_per_pass: list[int]
+    draft_source_per_token: list[str]
+    method: str
+    model: str
+    truncated_tokens: int
+    stopped_for_time: bool
+    stop: str | None
+
+
+def as_json(value: object) -> object:
+    """`value` as plain JSON data: answers become dicts with their fields in order, tuples lists; a partial answer's
+    fields that are None where the answer is whole are left out (`TokenScores`' "partial" and "notice",
+    `ScoredToken`'s "rank_above")."""
+    if isinstance(value, ScoredToken):
+        entry = value._asdict()
+        entry["alternatives"] = None if value.alternatives is None else [a._asdict() for a in value.alternatives]
+        if value.rank_above is None:
+            del entry["rank_above"]
+        return entry
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):
+        return value._asdict()
+    if isinstance(value, Sampling):
+        return value.as_dict()
+    if is_dataclass(value):
+        omitted = {"partial", "notice"} if isinstance(value, TokenScores) else set()
+        return {f.name: as_json(getattr(value, f.name)) for f in fields(value)
+                if not (f.name in omitted and getattr(value, f.name) is None)}
+    if isinstance(value, (list, tuple)):
+        return [as_json(item) for item in value]
+    return value
+
+
+def last(answers: Iterable[Answer]) -> Answer:
+    """The last of a stream of growing answers (a whole answer from a streaming call)."""
+    answer = None
+    for answer in answers:
+        pass
+    return answer
