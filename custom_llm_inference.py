@@ -2,9 +2,9 @@
 
 Everything here takes and returns plain, JSON-safe data, so the same functions serve Python callers, the
 endpoints for `gradio_client` and MCP; each public function's `.typed` answers with the typed answers of
-lookahead/outputs.py instead, which the page reads. Each public function
-checks its arguments once, in the calling process, and builds one typed, frozen request
-(lookahead/requests.py) that every layer below receives unchanged. The backend
+lookahead/outputs.py instead, which the page reads. Each public function checks its arguments once, in the calling
+process (lookahead/checks.py), and builds one typed, frozen request (lookahead/requests.py) that every layer below
+receives unchanged. The backend
 (lookahead/backends/base.py: one method per request type) runs it: in this process by default
 (`InProcess`, lookahead/backends/in_process.py, which keeps each session's caches), or on a vLLM server
 (`use_backend("vllm", url)`, or LOOKAHEAD_BACKEND=vllm and LOOKAHEAD_SERVER_URL;
@@ -26,14 +26,10 @@ The engine's tensor-level pieces live in the `lookahead` package:
 
 from __future__ import annotations
 
-import functools
-import inspect
-import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import ParamSpec, TypeVar
 
 # On ZeroGPU `spaces` must be imported before torch (it patches CUDA initialisation as it is imported): zerogpu
 # imports it first, and comes here before every other part of the engine, each of which imports torch.
@@ -43,15 +39,34 @@ from lookahead.attribution import METHODS as ATTRIBUTION_METHODS
 from lookahead.backends import make_backend
 from lookahead.backends.base import Backend, BackendError
 from lookahead.branches import get_lookahead_sequences
-from lookahead.chat import as_dicts, check_messages, check_template, encode
-from lookahead.constraints import Constraint, check_constraint, written_part_error
+from lookahead.checks import (
+    MAX_BRANCHES,
+    MAX_DEPTH,
+    MAX_FIT_TOKENS,
+    MAX_NEW_TOKENS,
+    MAX_SEED,
+    MAX_STEPS,
+    MAX_STOP_CHARS,
+    MAX_STOPS,
+    MAX_TEXT_CHARS,
+    MAX_WINDOW,
+    at_caret,
+    check_at_token,
+    check_choice,
+    check_constraint,
+    check_int,
+    check_messages,
+    check_models,
+    check_stop,
+    common_fields,
+    offered_model_name,
+)
 from lookahead.models import (
     available_models,
     default_model_name,
     load_model,
     load_tokenizer,
     on_zero_gpu,
-    stop_tokens,
 )
 from lookahead.outputs import (
     Attribution,
@@ -61,7 +76,7 @@ from lookahead.outputs import (
     NextToken,
     Suggestions,
     TokenScores,
-    as_json,
+    answers_json,
     last,
 )
 from lookahead.requests import (
@@ -70,10 +85,8 @@ from lookahead.requests import (
     DistributionRequest,
     GenerateRequest,
     LookaheadRequest,
-    Messages,
     ScoresRequest,
 )
-from lookahead.results import text_token_places
 from lookahead.sampling import BRANCH_MODES, MAX_TOP_K, PRESETS, Sampling
 from lookahead.scheduler import LONG_JOBS, Cancelled, scheduler
 from lookahead.scoring import MAX_ALTERNATIVES
@@ -117,132 +130,8 @@ __all__ = [
     "use_backend",
 ]
 
-MAX_BRANCHES = 20
-MAX_DEPTH = 16
-MAX_NEW_TOKENS = 1024
-MAX_TEXT_CHARS = 1_000_000  # far past any model's context; keeps tokenizing a pasted book bounded
-MAX_STOPS, MAX_STOP_CHARS = 8, 200
-MAX_STEPS, MAX_WINDOW = 64, 2048  # attribution: integrated-gradients points, tokens explained
-MAX_SEED = 2**63 - 1  # torch.Generator's seeds are 64-bit
-MAX_FIT_TOKENS = 256  # tokens after the caret a branch's fit is measured on
 PARTIAL_POLL_SECONDS = 0.5  # how often token_probabilities(partial=False) asks again while a long text is read
 GENERATION_METHODS = ("greedy", "lookahead")
-P = ParamSpec("P")
-Answer = TypeVar("Answer")
-
-def _check_int(name: str, value: object, low: int, high: int) -> int:
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-            or int(value) != value):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
-    return int(value)
-
-
-def _check_choice(name: str, value: object, choices: Iterable[str]) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {sorted(choices)}, got {value!r}")
-    return value
-
-
-def _check_text(text: object, messages: Messages | None = None) -> str:
-    """The text (in chat mode the reply, which may still be empty), checked."""
-    text = _check_string("text", text)
-    if not text and messages is None:
-        raise ValueError("text is empty: type something to see what could come next")
-    return text
-
-
-def _check_string(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string, got {type(value).__name__}")
-    if len(value) > MAX_TEXT_CHARS:
-        raise ValueError(f"{name} is too long: {len(value):,} characters, the limit is {MAX_TEXT_CHARS:,}")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise ValueError(
-            f"{name} has a lone surrogate (U+{ord(value[error.start]):04X}) at character {error.start}: "
-            "half of a character that was split; send the whole character"
-        ) from None
-    return value
-
-
-def _check_messages(messages: object, model_name: str | None) -> Messages | None:
-    """Chat mode's earlier turns, checked (and the model's chat template), as hashable pairs."""
-    checked = check_messages(messages, _check_string)
-    if checked is None:
-        return None
-    check_template(load_tokenizer(model_name), model_name or default_model_name())
-    return tuple((m["role"], m["content"]) for m in checked)
-
-
-def _check_constraint(constraint: object, text: str, model_name: str | None) -> Constraint | None:
-    """The constraint, compiled, and the part of `text` after its start checked against it."""
-    checked = check_constraint(constraint, text)
-    if checked is None:
-        return None
-    name = model_name or default_model_name()
-    error = written_part_error(checked, text, load_tokenizer(name), stop_tokens(name))
-    if error:
-        raise ValueError(error)
-    return checked
-
-
-def _check_stop(stop: object) -> tuple[str, ...]:
-    """Stop strings as a tuple (hashable, for precomputation)."""
-    if stop is None:
-        return ()
-    if isinstance(stop, str):
-        stop = [stop]
-    if (not isinstance(stop, (list, tuple)) or len(stop) > MAX_STOPS
-            or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stop)):
-        raise ValueError(f"stop must be a string or a list of at most {MAX_STOPS} non-empty strings of up to "
-                         f"{MAX_STOP_CHARS} characters, got {stop!r}"[:300])
-    return tuple(stop)
-
-
-def _check_model_name(model_name: object) -> str | None:
-    if model_name is not None and (not isinstance(model_name, str) or not model_name):
-        raise ValueError(f"model_name must be a model's name or None, got {model_name!r}")
-    return model_name
-
-
-def offered_model_name(model_name: object) -> str | None:
-    """`model_name` if this app offers it to visitors (None or "": the default); the web endpoints ask this, so a
-    visitor cannot make the server load an arbitrary model. The Python functions load any model they are given."""
-    if model_name not in (None, "", *available_models()):
-        raise ValueError(f"model_name must be one of {available_models()} (or left out), got {model_name!r}")
-    return model_name or None
-
-
-def _common(text: object, session: object, model_name: object, messages: object) -> dict:
-    """The fields every request shares, checked: the model's name, the conversation (and the model's chat
-    template), then the text (in chat mode the reply, which may still be empty)."""
-    model_name = _check_model_name(model_name)
-    chat = _check_messages(messages, model_name)
-    return dict(text=_check_text(text, chat), session=str(session), model_name=model_name, messages=chat)
-
-
-def _at_caret(text: object, caret: object, session: object, model_name: object, messages: object,
-              constraint: object) -> tuple[dict, str | None]:
-    """The common fields for the text before the caret, and the text after it (None: the caret is at the end).
-
-    A caret is a character offset into `text` as Python counts characters (code points); what the call
-    gives is exactly what it gives for `text[:caret]`. A constraint must start before the caret.
-    """
-    if caret is None:
-        return _common(text, session, model_name, messages), None
-    whole = _check_string("text", text)
-    caret = _check_int("caret", caret, 0, len(whole))
-    start = constraint.get("start") if isinstance(constraint, dict) else None
-    if isinstance(start, int) and not isinstance(start, bool) and start > caret:
-        raise ValueError(f"constraint start ({start}) lies after the caret ({caret}): a constraint governs what is "
-                         "written from its start on, and the suggestions are for the caret; move one or the other")
-    if caret == 0 and messages is None:
-        raise ValueError("caret is 0: nothing comes before it to continue; put the caret after some text")
-    common = _common(whole[:caret], session, model_name, messages)
-    return common, (whole[caret:] if caret < len(whole) else None)
 
 
 def use_backend(name: str = "in-process", server_url: str | None = None) -> Backend:
@@ -273,23 +162,8 @@ def cancel(session: str, kind: str | None = None) -> int:
     """Stop `session`'s running long jobs of `kind` (one of LONG_JOBS; None: all) within one slice of model work
     (lookahead/scheduler.py): each raises `Cancelled` to its caller. How many there were."""
     if kind is not None:
-        _check_choice("kind", kind, LONG_JOBS)
+        check_choice("kind", kind, LONG_JOBS)
     return scheduler.cancel(str(session), kind)
-
-
-def answers_json(typed: Callable[P, Answer]) -> Callable[P, object]:
-    """A public function: `typed`'s answer (or stream of answers) as plain JSON, the shape docs/api.md documents.
-    `typed` stays reachable as the function's `.typed`, for a caller that reads the answers by attribute
-    (lookahead/outputs.py), as the page does."""
-    stream = inspect.isgeneratorfunction(typed)
-
-    @functools.wraps(typed)
-    def public(*args: P.args, **kwargs: P.kwargs) -> object:
-        answer = typed(*args, **kwargs)
-        return map(as_json, answer) if stream else as_json(answer)
-
-    public.typed = typed
-    return public
 
 
 @answers_json
@@ -332,12 +206,12 @@ def next_token_distribution(
     `text[:caret]` (a constraint's `start` must not lie after it); the session's cache of the whole text serves
     any caret without reading the text before it again.
     """
-    common, after = _at_caret(text, caret, session, model_name, messages, constraint)
+    common, after = at_caret(text, caret, session, model_name, messages, constraint)
     return _backend.distribution(DistributionRequest(
         **common,
-        k=_check_int("k", k, 1, MAX_TOP_K),
+        k=check_int("k", k, 1, MAX_TOP_K),
         sampling=Sampling.from_keywords(sampling, locals()),
-        constraint=_check_constraint(constraint, common["text"], common["model_name"]),
+        constraint=check_constraint(constraint, common["text"], common["model_name"]),
         after=after,
     ))
 
@@ -369,8 +243,8 @@ def token_probabilities(
     again, more of them; once the text is read, the whole answer, which has no "partial". `partial=False` answers
     once the text is read (for a caller that will not ask again).
     """
-    common = _common(text, session, model_name, messages)
-    request = ScoresRequest(**common, k=_check_int("k", k, 1, MAX_ALTERNATIVES))
+    common = common_fields(text, session, model_name, messages)
+    request = ScoresRequest(**common, k=check_int("k", k, 1, MAX_ALTERNATIVES))
     result = _backend.scores(request)
     while not partial and result.partial is not None:  # the read goes on in the background: asked until it is done
         time.sleep(PARTIAL_POLL_SECONDS)
@@ -410,31 +284,18 @@ def attribution_stream(
 ) -> Iterator[AttributionProgress | Attribution]:
     """`attribution`, with progress: {"done": k, "of": n} after each of its n passes over the window
     (integrated gradients takes several), then the result."""
-    common = _common(text, session, model_name, messages)
+    common = common_fields(text, session, model_name, messages)
     if target_token_id is not None:
-        _check_int("target_token_id", target_token_id, 0, len(load_tokenizer(common["model_name"])) - 1)
+        check_int("target_token_id", target_token_id, 0, len(load_tokenizer(common["model_name"])) - 1)
     request = AttributionRequest(
         **common,
         target_token_id=None if target_token_id is None else int(target_token_id),
-        method=_check_choice("method", method, ATTRIBUTION_METHODS),
-        steps=_check_int("steps", steps, 1, MAX_STEPS),
-        window=_check_int("window", window, 1, MAX_WINDOW),
-        at_token=_check_at_token(at_token, common["text"], common["messages"], common["model_name"]),
+        method=check_choice("method", method, ATTRIBUTION_METHODS),
+        steps=check_int("steps", steps, 1, MAX_STEPS),
+        window=check_int("window", window, 1, MAX_WINDOW),
+        at_token=check_at_token(at_token, common["text"], common["messages"], common["model_name"]),
     )
     yield from _backend.attribution(request)
-
-
-def _check_at_token(at_token: object, text: str, messages: Messages | None, model_name: str | None) -> int | None:
-    """A token of `text` with something before it to predict it from."""
-    if at_token is None:
-        return None
-    encoding, text_start = encode(load_tokenizer(model_name), text, as_dicts(messages), return_offsets_mapping=True,
-                                  return_special_tokens_mask=True)
-    places = text_token_places(encoding, text_start, len(text))
-    at_token = _check_int("at_token", at_token, 0, len(places) - 1)
-    if places[at_token][0] == 0:
-        raise ValueError("at_token 0 is the first token: nothing comes before it to explain it by")
-    return at_token
 
 
 @answers_json
@@ -504,18 +365,18 @@ def lookahead(
     raising `Cancelled`, on `cancel(session, "lookahead")` (the page asks for a caret's fit so, after its branches,
     on a CPU that takes a while over it).
     """
-    common, after = _at_caret(text, caret, session, model_name, messages, constraint)
+    common, after = at_caret(text, caret, session, model_name, messages, constraint)
     request = LookaheadRequest(
         **common,
-        n_branches=_check_int("n_branches", n_branches, 1, MAX_BRANCHES),
-        depth=_check_int("depth", depth, 1, MAX_DEPTH),
+        n_branches=check_int("n_branches", n_branches, 1, MAX_BRANCHES),
+        depth=check_int("depth", depth, 1, MAX_DEPTH),
         sampling=Sampling.from_keywords(sampling, locals()),
-        branch_mode=_check_choice("branch_mode", branch_mode, BRANCH_MODES),
-        seed=_check_int("seed", seed, 0, MAX_SEED),
-        constraint=_check_constraint(constraint, common["text"], common["model_name"]),
-        stop=_check_stop(stop),
+        branch_mode=check_choice("branch_mode", branch_mode, BRANCH_MODES),
+        seed=check_int("seed", seed, 0, MAX_SEED),
+        constraint=check_constraint(constraint, common["text"], common["model_name"]),
+        stop=check_stop(stop),
         after=after,
-        fit_tokens=_check_int("fit_tokens", fit_tokens, 0, MAX_FIT_TOKENS),
+        fit_tokens=check_int("fit_tokens", fit_tokens, 0, MAX_FIT_TOKENS),
     )
     return _backend.lookahead(request, precompute, partial, yielding)
 
@@ -559,29 +420,22 @@ def compare(
     "js_over" is None in-process (the whole vocabulary); on the vLLM backend, each model asked of its own server
     (comma-separated URLs), it is N: each "js" is over both models' top N log-probabilities only, a lower bound.
     """
-    names = _check_models(models)
-    common, after = _at_caret(text, caret, session, names[0], messages, constraint)
+    names = check_models(models)
+    common, after = at_caret(text, caret, session, names[0], messages, constraint)
     for name in names[1:]:
-        _check_messages(messages, name)
-    checked = [_check_constraint(constraint, common["text"], name) for name in names][0]
+        check_messages(messages, name)
+    checked = [check_constraint(constraint, common["text"], name) for name in names][0]
     return _backend.compare(CompareRequest(
         **{**common, "model_name": None},
         models=names,
-        k=_check_int("k", k, 1, MAX_TOP_K),
-        n_branches=_check_int("n_branches", n_branches, 0, MAX_BRANCHES),
-        depth=_check_int("depth", depth, 1, MAX_DEPTH),
+        k=check_int("k", k, 1, MAX_TOP_K),
+        n_branches=check_int("n_branches", n_branches, 0, MAX_BRANCHES),
+        depth=check_int("depth", depth, 1, MAX_DEPTH),
         sampling=Sampling.from_keywords(sampling, locals()),
         constraint=checked,
-        stop=_check_stop(stop),
+        stop=check_stop(stop),
         after=after,
     ))
-
-
-def _check_models(models: object) -> tuple[str, str]:
-    if (not isinstance(models, (list, tuple)) or len(models) != 2
-            or not all(isinstance(name, str) and name for name in models)):
-        raise ValueError(f"models must be two models' names, [a, b], got {models!r}"[:300])
-    return tuple(models)
 
 
 @answers_json
@@ -591,13 +445,13 @@ def generate_stream(
     stop: list[str] | None = None, caret: int | None = None,
 ) -> Iterator[Continuation]:
     """`generate`'s result after every forward pass, growing, for streaming into the UI."""
-    common, _ = _at_caret(text, caret, session, model_name, messages, constraint)
+    common, _ = at_caret(text, caret, session, model_name, messages, constraint)
     request = GenerateRequest(
         **common,
-        max_new_tokens=_check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS),
-        method=_check_choice("method", method, GENERATION_METHODS),
-        constraint=_check_constraint(constraint, common["text"], common["model_name"]),
-        stop=_check_stop(stop),
+        max_new_tokens=check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS),
+        method=check_choice("method", method, GENERATION_METHODS),
+        constraint=check_constraint(constraint, common["text"], common["model_name"]),
+        stop=check_stop(stop),
     )
     if on_zero_gpu():
         # A task that outlives its requested duration may be aborted, losing everything: stop a little before it

@@ -8,13 +8,16 @@ build as the dicts they replace; the rest are frozen dataclasses.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+import inspect
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields, is_dataclass
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, ParamSpec, TypeVar
 
 from lookahead.sampling import Sampling
 
 Answer = TypeVar("Answer")
+P = ParamSpec("P")
 
 
 class NextToken(NamedTuple):
@@ -264,6 +267,21 @@ def as_json(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [as_json(item) for item in value]
     return value
+
+
+def answers_json(typed: Callable[P, Answer]) -> Callable[P, object]:
+    """A public function: `typed`'s answer (or stream of answers) as plain JSON, the shape docs/api.md documents.
+    `typed` stays reachable as the function's `.typed`, for a caller that reads the answers by attribute
+    (lookahead/outputs.py), as the page does."""
+    stream = inspect.isgeneratorfunction(typed)
+
+    @functools.wraps(typed)
+    def public(*args: P.args, **kwargs: P.kwargs) -> object:
+        answer = typed(*args, **kwargs)
+        return map(as_json, answer) if stream else as_json(answer)
+
+    public.typed = typed
+    return public
 
 
 def last(answers: Iterable[Answer]) -> Answer:

@@ -32,12 +32,12 @@ from ui.controls import Draft
 from ui.errors import handled
 from ui.heatmap import Listing
 from ui.insertion import caret_in, joined
-from ui.panels.chat import send_reply, send_user_message, switch_mode
+from ui.on_screen import OnScreen
+from ui.panels.chat import send_user_message, switch_mode
 from ui.panels.constrain import constrain, restore_constraint, unconstrain
 from ui.panels.history import KeptSettings, import_history, move, restore
 from ui.panels.sampling import apply_preset, matching_preset
 from ui.panels.suggestions import (
-    OnScreen,
     force_token,
     ordered_by_fit,
     suggest_at_moved_caret,
@@ -45,6 +45,7 @@ from ui.panels.suggestions import (
 )
 from ui.panels.writer import append_text
 from ui.render import branch_label, caret_marker, distribution_plot, first_word, insertion, tree_view, visible
+from ui.turns import send_reply
 
 AT_NODE = ("text_box", "conversation_state", "conversation_view", "history_state")
 

@@ -280,8 +280,8 @@ def test_the_page_shows_suggestions_at_a_caret_before_the_heatmap_reads_the_text
     from history import History
     from lookahead.sampling import Sampling
     from ui.controls import BranchShape, Constraints, Context, Draft, HeatmapView, Settings
+    from ui.heatmap_update import HEATMAP_ALTERNATIVES
     from ui.panels import suggestions as panel
-    from ui.panels.heatmap import HEATMAP_ALTERNATIVES
 
     _, tokenizer = embedded
     request = SimpleNamespace(session_hash="page at a caret")

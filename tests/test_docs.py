@@ -34,7 +34,7 @@ from lookahead.constraints import MAX_CHOICES, MAX_VALUE_CHARS
 from lookahead.sampling import LIMITS, Sampling
 from lookahead.scoring import MAX_ALTERNATIVES
 from ui import endpoints as api_module
-from ui.panels.heatmap import HEATMAP_ALTERNATIVES
+from ui.heatmap_update import HEATMAP_ALTERNATIVES
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC_PATH = ROOT / "docs" / "api.md"

@@ -14,7 +14,7 @@ from browser import (  # skips without chromium
     expect_suggestions_for,
     wait_for_stored_text,
 )
-from ui.panels.history import DEFAULT_TEXT
+from ui.history_updates import DEFAULT_TEXT
 
 ERROR_TOASTS = ".toast-body.error"
 

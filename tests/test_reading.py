@@ -231,9 +231,10 @@ def test_the_page_shows_a_long_texts_first_tokens_and_the_progress_then_fills_in
     from types import SimpleNamespace
 
     from ui.controls import Context, HeatmapView
-    from ui.panels.heatmap import HEATMAP_ALTERNATIVES, fill_in, follow_suggestions, read_timer
     from ui.heatmap import Listing
-    from ui.panels.suggestions import OnScreen
+    from ui.heatmap_update import HEATMAP_ALTERNATIVES
+    from ui.on_screen import OnScreen
+    from ui.panels.heatmap import fill_in, follow_suggestions, read_timer
 
     request = SimpleNamespace(session_hash="A")
     context = Context("plain text", None, None, cli.default_model_name())

@@ -24,6 +24,7 @@ from ui.chat import messages_for
 from ui.constrain import in_force, stop_strings
 from ui.heatmap import Shown
 
+MAX_BUTTONS = 10  # the n_branches slider's maximum: a suggestions panel has this many branch buttons
 
 @dataclass(frozen=True)
 class Draft:

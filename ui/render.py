@@ -166,6 +166,11 @@ def _more_line(n: int, where: str) -> str:
             f'  ⋯ {n} {where} line{"s" * (n != 1)}</div>')
 
 
+def plot_heading(model_name: str | None) -> str:
+    """The heading over a panel's plot: with its model's name where two models' plots are shown."""
+    return "**Next token**" + (f" · {model_name}" if model_name else "")
+
+
 END_MARK = "⏹"  # a branch that reaches the end-of-sequence token: the model would stop there
 STOP_MARK = "✂"  # a branch cut at a stop string
 LEAD_MARK = "…"  # in a branch's label, the lead's text (what every branch writes before the choice)

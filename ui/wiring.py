@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from history import History
     from lookahead.sampling import Sampling
     from ui.heatmap import Shown
-    from ui.panels.suggestions import OnScreen
+    from ui.on_screen import OnScreen
 
 
 class Update(TypedDict, total=False):

@@ -8,27 +8,15 @@ from __future__ import annotations
 import gradio as gr
 
 from history import History
-from ui.chat import MODES, TEXT_LABELS, started_by, with_reply, with_user_message
+from ui.chat import MODES, TEXT_LABELS, started_by, with_user_message
+from ui.history_updates import AT_NODE
+from ui.turns import send_reply, took_turn
 from ui.wiring import Update, Wiring
-
-AT_NODE = ["text_box", "caret_sync", "text_base", "conversation_state", "conversation_view", "history_state"]
-
-
-def took_turn(conversation: list[dict], history: History) -> Update:
-    """A turn sent: recorded in the history, the box emptied for the next one."""
-    history.add("", "turn", [], {"messages": conversation})
-    return {"text_box": "", "caret_sync": "", "text_base": str(history.current), "conversation_state": conversation,
-            "conversation_view": conversation, "history_state": history}
 
 
 def send_user_message(text: str, message: str, conversation: list[dict], history: History) -> Update:
     """The user's turn: a reply begun in the box goes first; the box then holds the next reply, empty."""
     return {**took_turn(with_user_message(text, message, conversation), history), "user_message": ""}
-
-
-def send_reply(text: str, conversation: list[dict], history: History) -> Update:
-    """The reply in the box becomes the assistant's turn; the next turn is the user's."""
-    return took_turn(with_reply(text, conversation), history)
 
 
 def switch_mode(mode: str, text: str, conversation: list[dict] | None, history: History) -> Update:

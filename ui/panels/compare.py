@@ -6,11 +6,13 @@ The second panel is built once, hidden until a model is chosen (its refresh asks
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import gradio as gr
 
 import custom_llm_inference as cli
 from ui.errors import refuse
-from ui.panels.suggestions import SuggestionsPanel, plot_heading
+from ui.render import plot_heading
 from ui.wiring import Update, Wiring
 
 NOBODY = ("nothing", "")  # the choice's first entry: one model only
@@ -27,6 +29,15 @@ def compare_with(model_name: str | None, other: str | None) -> Update:
             "headings": [plot_heading(model_name or cli.default_model_name()), plot_heading(other)]}
 
 
+class Beside(Protocol):
+    """What the choice shows, hides and refreshes of the second model's suggestions panel."""
+
+    column: gr.Column
+    plot_column: gr.Column
+    heading: gr.Markdown
+    refresh: dict
+
+
 class ComparePanel:
     def __init__(self, chosen: str | None = None) -> None:
         # Made before the page's layout (the heatmap, built earlier, reads it), placed by `build`.
@@ -38,7 +49,7 @@ class ComparePanel:
     def build(self) -> None:
         self.other.render()
 
-    def wire(self, wiring: Wiring, model: gr.Dropdown, second: SuggestionsPanel) -> None:
+    def wire(self, wiring: Wiring, model: gr.Dropdown, second: Beside) -> None:
         """Show or hide the second panel as a model is chosen, then refresh it."""
         wiring = wiring.adding(beside=[second.column, second.plot_column], headings=[wiring.slots["heading"],
                                                                                      second.heading])

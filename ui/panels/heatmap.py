@@ -11,9 +11,8 @@ from typing import Protocol
 
 import gradio as gr
 
-import custom_llm_inference as cli
 from history import History
-from lookahead.outputs import ScoredToken, Suggestions
+from lookahead.outputs import Suggestions
 from ui.controls import Context, Controls, HeatmapView
 from ui.errors import refuse
 from ui.heatmap import (
@@ -21,55 +20,15 @@ from ui.heatmap import (
     HEATMAP_JS,
     HEATMAP_TEMPLATE,
     MODES,
-    Listing,
     Shown,
-    heatmap_message,
-    with_comparison,
 )
-from ui.panels.history import EDITED, edited
-from ui.wiring import Update, Wiring, session_key
+from ui.heatmap_update import heatmap_tokens, show_heatmap
+from ui.history_updates import EDITED, edited
+from ui.wiring import Update, Wiring
 
-HEATMAP_ALTERNATIVES = 5  # per token, in the heatmap's details
 # While a long text is read, a heatmap of its first tokens asks again this often for those scored since (the
 # suggestions' partial answers are asked again as often).
 READ_POLL_SECONDS = 1.0
-
-
-def show_heatmap(
-    text: str, view: HeatmapView, context: Context, request: gr.Request, *, rescore: bool = False
-) -> Update:
-    """The heatmap's update from what the page shows (`view.shown`) to `text`: the tokens that changed (ui/heatmap.py).
-
-    The scores are the shown ones when only the colouring changed; `rescore`: the context may have changed too.
-    """
-    if not view.on or not text:
-        return {"heatmap": "", "heatmap_state": None}
-    if view.colour_by in COMPARING and not view.compare_with:  # no second model (any more): the first's colours
-        view = replace(view, colour_by=MODES[0])
-    shown = view.shown
-    comparing = view.colour_by in COMPARING
-    if (rescore or not shown or shown.text != text or shown.result.model != context.model_name
-            or comparing and shown.result.models != [context.model_name, view.compare_with]):
-        result = scores(text, view, context, session_key(request))
-    else:
-        result = shown.result
-    mode = MODES[0] if comparing and result.models is None else view.colour_by  # compared once read
-    message, shown = heatmap_message(text, result, mode, view.threshold, shown)
-    return {"heatmap": message, "heatmap_state": shown}
-
-
-def scores(text: str, view: HeatmapView, context: Context, session: str) -> Listing:
-    """The first model's listing of the text's tokens; comparing, with how the second model sees each (once the
-    text is read: while its first tokens alone are listed, they are coloured by probability)."""
-    asked = dict(session=session, messages=context.messages)
-    result = cli.token_probabilities.typed(text, HEATMAP_ALTERNATIVES, model_name=context.model_name, **asked)
-    if view.colour_by not in COMPARING or result.partial is not None:
-        return Listing.of(result)
-    models = [context.model_name or cli.default_model_name(), view.compare_with]
-    comparison = cli.compare.typed(text, models, k=1, n_branches=0, **asked)
-    second = (cli.token_probabilities.typed(text, HEATMAP_ALTERNATIVES, model_name=models[1], **asked)
-              if comparison.per == "token" else None)
-    return with_comparison(result, comparison, second)
 
 
 def colour(text: str, view: HeatmapView, context: Context, request: gr.Request) -> Update:
@@ -127,13 +86,6 @@ def follow_suggestions(
 def resend_heatmap(text: str, view: HeatmapView, context: Context, request: gr.Request) -> Update:
     """The whole heatmap again, for a page that missed an update (HEATMAP_JS asks)."""
     return show_heatmap(text, replace(view, shown=None), context, request)
-
-
-def heatmap_tokens(heatmap_shown: Shown | None) -> list[ScoredToken]:
-    """The tokens the heatmap shows: a click acts on what the writer sees, even while the colours follow an edit."""
-    if not heatmap_shown:
-        raise refuse("The heatmap shows nothing yet: turn it on first.")
-    return heatmap_shown.result.tokens
 
 
 def rewind(heatmap_shown: Shown | None, history: History, event: gr.EventData) -> Update:

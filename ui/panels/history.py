@@ -17,8 +17,7 @@ from history import History
 from ui.chat import MODES as CHAT_MODES
 from ui.chat import TEXT_LABELS
 from ui.errors import refuse
-from ui.insertion import caret_out
-from ui.render import tree_view
+from ui.history_updates import AT_NODE, DEFAULT_TEXT, EDITED, edited, history_changes
 from ui.scripts import (
     DOWNLOAD_JS,
     IMPORT_HTML,
@@ -29,26 +28,6 @@ from ui.scripts import (
     keep_settings_js,
 )
 from ui.wiring import Update, Wiring
-
-DEFAULT_TEXT = "The old lighthouse keeper climbed the stairs and"
-AT_NODE = ["text_box", "caret_sync", "text_base", "conversation_state", "conversation_view", "history_state"]
-EDITED = ["text_box", "caret_sync", "text_base", "history_state"]
-
-
-def edited(history: History, caret: int | None = None) -> Update:
-    """The text box, its caret and the history, after an edit recorded in the history."""
-    return {"text_box": history.text, "caret_sync": caret_out(caret), "text_base": str(history.current),
-            "history_state": history}
-
-
-def history_shown(history: History) -> Update:
-    """The session's history, its tree on the page, and what the browser's copy of it lacks."""
-    return {"history_state": history, "tree": tree_view(history), "history_sync": history_changes(history)}
-
-
-def history_changes(history: History, whole: bool = False) -> str:
-    """What the browser's copy of the tree lacks, as JSON (SAVE_HISTORY_JS applies it)."""
-    return json.dumps(history.changes(whole), ensure_ascii=False, separators=(",", ":"))
 
 
 def resend_history(history: History) -> Update:

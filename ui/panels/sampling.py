@@ -7,8 +7,7 @@ import gradio as gr
 
 import custom_llm_inference as cli
 from lookahead.sampling import BRANCH_MODES, Sampling, knobs
-from ui.controls import BranchShape, Controls
-from ui.panels.suggestions import MAX_BUTTONS
+from ui.controls import MAX_BUTTONS, BranchShape, Controls
 from ui.wiring import Update, Wiring
 
 PRESET_NAMES = [*cli.PRESETS, "custom"]

@@ -13,7 +13,6 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import NamedTuple
 
 import gradio as gr
 
@@ -21,18 +20,18 @@ import custom_llm_inference as cli
 from history import History
 from lookahead.outputs import Branch, LeadTokens, Suggestions
 from ui.chat import awaiting_user
-from ui.controls import Controls, Draft, Settings
+from ui.controls import MAX_BUTTONS, Controls, Draft, Settings
 from ui.errors import refuse
+from ui.heatmap_update import show_heatmap
+from ui.history_updates import edited, history_shown
 from ui.insertion import Place, caret_in, caret_out, inserted
-from ui.panels.chat import send_reply
-from ui.panels.heatmap import show_heatmap
-from ui.panels.history import edited, history_shown
+from ui.on_screen import OnScreen, before_choice, forced_ids, forced_text, node_settings
 from ui.preparing import Preparation
-from ui.render import branch_label, caret_marker, distribution_plot, first_word
+from ui.render import branch_label, caret_marker, distribution_plot, first_word, plot_heading
 from ui.scripts import ANSWER_JS, CLICK_TOKEN_JS
+from ui.turns import send_reply
 from ui.wiring import EXPLANATIONS_AT_ONCE, Update, Wiring, session_key
 
-MAX_BUTTONS = 10  # the n_branches slider's maximum; buttons beyond n_branches are hidden
 MIN_WIDTH = 320  # px of a panel's column: two side by side where there is room for both, else one under the other
 # While a long text is read, partial suggestions (lookahead/reading.py) are asked again this often, to show the
 # read's progress and, once it ends, the exact suggestions.
@@ -45,55 +44,6 @@ PRECOMPUTE = os.environ.get("LOOKAHEAD_PRECOMPUTE", "1") != "0"
 FIT_TOKENS = 32  # tokens after the caret each branch's fit is measured on (the API's default)
 ANSWERS = itertools.count(1)  # numbers the suggestions shown (OnScreen.serial)
 PREPARATION = Preparation()  # the model's, in the background from launch: the page answers at once
-
-
-class OnScreen(NamedTuple):
-    """The suggestions on screen: the text they were made for, the engine's answer, and where in the text (the
-    caret)."""
-
-    text: str
-    result: Suggestions
-    caret: int | None  # a character offset into `text`; None: its end
-    # Each answer's own number: gradio signals a change of state only when its value differs, and what follows new
-    # suggestions at a caret (complete_at_caret, through `follow_up`) must follow every answer, one equal to the last
-    # included; the page's stale mark clears by it too (answer_mark).
-    serial: int = 0
-    settings: Settings | None = None  # what they were asked with (a second model's panel asks no more for the same)
-
-    @property
-    def place(self) -> Place:
-        return Place(self.text, self.caret)
-
-
-def node_settings(shown: OnScreen | None) -> dict:
-    """The settings the suggestions on screen were made with, to record in the history (and where, at a caret)."""
-    if not shown:
-        return {}
-    result = shown.result
-    return {**result.sampling.as_dict(), "branch_mode": result.branch_mode, "seed": result.seed,
-            "model": result.model, "n_branches": len(result.branches),
-            "depth": len(result.branches[0].token_ids) - len(forced_ids(result)),
-            **({"caret": shown.caret} if shown.caret is not None else {})}
-
-
-def forced_ids(result: Suggestions) -> list[int]:
-    """The tokens before the branches' first choice, which lead every branch: those a constraint wrote by itself,
-    then those the model all but certainly writes."""
-    return [token for part in (result.forced, result.lead) if part for token in part.token_ids]
-
-
-def forced_text(result: Suggestions) -> str | None:
-    """What a constraint writes by itself after the text, if anything beyond healing's whitespace (already there)."""
-    return result.forced.text if result.forced and result.forced.text else None
-
-
-def before_choice(text: str, result: Suggestions) -> str:
-    """The text as the suggestions on screen read it up to the choice they show: with healing, its trailing
-    whitespace is the next token's own, so it ends before it; after what a constraint writes by itself and what
-    the model all but certainly writes, it is the text and those."""
-    if result.forced or result.lead:
-        return text + "".join(part.text for part in (result.forced, result.lead) if part)
-    return text[: len(text) - len(result.healed_whitespace)]
 
 
 def status_line(result: Suggestions, ms: float, constraint: dict | None, caret: int | None = None) -> str:
@@ -139,11 +89,6 @@ def fit_after() -> bool:
     model on a GPU (ZeroGPU too, where each ask costs GPU time of its own) or behind a server, one ask
     brings both."""
     return not cli.backend().capabilities.cheap_fit
-
-
-def plot_heading(model_name: str | None) -> str:
-    """The heading over a panel's plot: with its model's name where two models' plots are shown."""
-    return "**Next token**" + (f" · {model_name}" if model_name else "")
 
 
 def answer_mark(serial: int, text: str) -> str:
@@ -278,13 +223,6 @@ def complete_at_caret(
             yield {"shown_state": shown._replace(result=replace(shown.result, branches=branches)),
                    **branch_choices(branches, shown.result.lead)}
     yield heatmap_after(text, settings, request)
-
-
-def on_screen(shown: OnScreen | None) -> OnScreen:
-    """The suggestions the writer sees, whichever text they were made for (a "why?" asks about what is shown)."""
-    if not shown:
-        raise refuse("No suggestions are shown yet: write something first.")
-    return shown
 
 
 def current(

@@ -16,8 +16,8 @@ from lookahead.outputs import AttributionProgress, Suggestions
 from ui.controls import Context, Controls
 from ui.errors import handled, refuse
 from ui.heatmap import Shown
-from ui.panels.heatmap import heatmap_tokens
-from ui.panels.suggestions import OnScreen, before_choice, forced_ids, on_screen
+from ui.heatmap_update import heatmap_tokens
+from ui.on_screen import OnScreen, before_choice, forced_ids, on_screen
 from ui.render import attribution_view
 from ui.scripts import WHY_BRANCH_JS
 from ui.wiring import Update, Wiring, session_key

@@ -9,9 +9,9 @@ from history import History
 from ui.chat import TEXT_LABELS
 from ui.controls import Controls, Draft
 from ui.errors import refuse
+from ui.history_updates import DEFAULT_TEXT, EDITED, edited
 from ui.insertion import Place, caret_in, inserted
-from ui.panels.history import DEFAULT_TEXT, EDITED, edited
-from ui.panels.suggestions import OnScreen, node_settings
+from ui.on_screen import OnScreen, node_settings
 from ui.scripts import PLACE_CARET_JS
 from ui.wiring import Update, Wiring
 
