@@ -2,15 +2,16 @@
 
 gradio reads a handler's inputs from its signature, and streams an event whose handler is a generator function
 (an async one too) where it answers a function's event once. So a wrapper writes its concern once, over the stream
-of the wrapped function's answers (`answers_of`), and `shaped_like` gives the result the function's signature and
-kind: a function's stream is its one answer.
+of the wrapped function's answers (`answers_of`), and `shaped_like` (or `async_shaped_like`) gives the result the
+function's signature and kind: a function's stream is its one answer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 
 def answers_of(fn: Callable, *args, **kwargs) -> Iterator:
@@ -40,3 +41,27 @@ def shaped_like(fn: Callable, answers: Callable[..., Iterator]) -> Callable:
 
     return call
 
+
+def async_shaped_like(fn: Callable, answers: Callable[..., AsyncIterator]) -> Callable:
+    """As `shaped_like`, for an async generator `answers`: an async generator function for a generator function,
+    a coroutine function for a function.
+
+    `answers` is closed as soon as the handler is done with it, so what it holds is let go at once: when a stream
+    is stopped, and as a function's one answer is returned (its stream is not read on to its end).
+    """
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        async def stream(*args, **kwargs):
+            async with contextlib.aclosing(answers(*args, **kwargs)) as items:
+                async for item in items:
+                    yield item
+
+        return stream
+
+    @functools.wraps(fn)
+    async def call(*args, **kwargs):
+        async with contextlib.aclosing(answers(*args, **kwargs)) as items:
+            return await anext(items)
+
+    return call
