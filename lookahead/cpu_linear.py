@@ -1,31 +1,33 @@
 """What a forward pass of n tokens costs on the machine at hand, and the linear path that makes it cheapest.
 
-A decoding pass on a CPU is bound by reading the weights, so feeding a few tokens instead of one
-should cost about the same: that is what makes guessing tokens (lookahead decoding, branch trees)
-pay. Whether it does depends on the CPU and its BLAS. For 2 to ~30 rows MKL's GEMM took twice the
-one-row time on one machine, where `weight @ x.T` kept it near one row; on another (Xeon, AVX-512
-and AMX) `F.linear` at 2 rows cost as much as 1 and the transposed product 4x more. One row is a
-GEMV, which MKL ran on one thread on a 2-core AMD EPYC (16 GB/s, where a GEMM of two columns
-streamed 36), so the transposed path feeds a single row as two, itself twice: a one-token pass there
-took 23 ms instead of 38. Nothing here is written down: when a model is loaded on a CPU, passes of n
-tokens after a short context are timed through each linear path, and `use_linear_path` sends each row
-count down the path that was faster. The curve (`PassCosts`) is also what lookahead decoding plans its
-pass widths by.
+A decoding pass on a CPU is bound by reading the weights, so feeding a few tokens should cost about what one does:
+that is what makes guessing tokens (lookahead decoding, branch trees) pay. Whether it does depends on the CPU and its
+BLAS, so each nn.Linear can take either of two paths, and which is faster at each row count is measured, not assumed:
+- "linear", nn.Linear's own: one row is a GEMV, more rows a GEMM. MKL on a 2-core AMD EPYC runs the GEMV on one
+  thread and takes about twice the one-row time for 2 to ~30 rows; on a Xeon with AVX-512 and AMX this path is the
+  fast one, 2 rows costing what 1 does.
+- "transposed" (`MeasuredLinear`): `weight @ x.T`, a single row fed as two, so that every row count is a GEMM that
+  streams the weights on every thread (on that EPYC at 36 GB/s where the GEMV reads 16: a one-token pass takes 23 ms
+  this way, 38 through the GEMV).
+When a model is loaded on a CPU, passes of n tokens after a short context are timed through each path
+(`measure_pass_costs`), and `use_linear_path` sends each row count down the faster one. The curve (`PassCosts`) is
+also what lookahead decoding plans its pass widths by. `python bench/bench_passes.py` measures the curve afresh, the
+weight bytes each width reads per second against the memory bandwidth, and a click's model time on each path.
 
 How it is measured, so that a first start answers soon and a bad figure does not stay:
-- A first start measures quickly (`QUICK_ROWS`, `QUICK_ROUNDS`: the widths that set the path for
-  1 to 32 rows, the rest interpolated) and the model answers with that; the full curve (`ROWS`,
-  `ROUNDS`) is then measured in the background (`refine_in_background`) and replaces it for planning.
-- Every measurement is cached on disk per CPU model, torch version, thread count, model, dtype and
-  the measurement's settings. At load a cached curve is checked with a few passes (`CHECK_ROWS`) and
-  measured again when it is off by more than `CHECK_TOLERANCE` either way (another host under the
-  same CPU name, a new BLAS, a curve taken while the machine was busy).
-- A measurement records whether other processes took more than `BUSY_SHARE` of the machine while its
-  passes ran; a busy one, like a quick one, is measured again in the background on the next start,
-  and a measurement never replaces a full quiet one on disk unless it is one too.
-On a shared 2-core Intel Xeon a first start's `load_model` took 2 s where measuring the full curve had
-made it 13 s (13 s against ~110 s while other processes kept both cores busy), the full curve ~15 s
-more in the background; checking a cached curve adds ~0.4 s to a start.
+- Measured at load, the full curve (`ROWS`, `ROUNDS`) makes a first start's `load_model` take ~13 s on a 2-core
+  Intel Xeon, ~110 s while other processes keep both cores busy. So a first start measures quickly (`QUICK_ROWS`,
+  `QUICK_ROUNDS`: the widths that set the path for 1 to 32 rows, the rest interpolated; `load_model` then takes ~2 s
+  there) and the model answers with that; the full curve is then measured in the background (~15 s more there,
+  `refine_in_background`) and replaces it for planning. `python bench/bench_start.py` times a first start and a
+  later one.
+- Every measurement is cached on disk per CPU model, torch version, thread count, model, dtype and the measurement's
+  settings. At load a cached curve is checked with a few passes (`CHECK_ROWS`; ~0.4 s of a start) and measured again
+  when it is off by more than `CHECK_TOLERANCE` either way (another host under the same CPU name, a new BLAS, a curve
+  taken while the machine was busy).
+- A measurement records whether other processes took more than `BUSY_SHARE` of the machine while its passes ran; a
+  busy one, like a quick one, is measured again in the background on the next start, and a measurement never
+  replaces a full quiet one on disk unless it is one too.
 """
 
 from __future__ import annotations
@@ -59,14 +61,14 @@ QUICK_ROUNDS = 2
 # A cached curve is checked at load at one row and a mid width, through the paths it chose, each the faster of
 # QUICK_ROUNDS passes, and measured again when a pass now takes more than CHECK_TOLERANCE times its figure or less than
 # its inverse. Paths and widths are chosen by the curve's shape, not its scale, so the tolerance is wide: it catches a
-# curve from other conditions (another host sold under the same CPU name: one-token passes of 23 and 48-56 ms on two
-# AMD EPYC hosts; a curve taken while the machine was busy: a one-token pass recorded at 508 ms where it takes ~56)
-# without measuring again for every small drift.
+# curve from other conditions (hosts sold under one CPU name differ about 2x: a one-token pass takes 23 ms on one AMD
+# EPYC host, 48-56 on another; a curve taken while the machine was busy can be 9x off) without measuring again for
+# every small drift.
 CHECK_ROWS = (1, 8)
 CHECK_TOLERANCE = 2.0
 # A path that took more than LOSING_RATIO times the other's time at a width is not timed there again: one round shows
-# it is not the one chosen, and its passes are the slowest of the measurement (a Xeon with AMX took 4x F.linear's
-# time through the transposed path at 2 rows).
+# it is not the one chosen, and its passes are the slowest of the measurement (on a Xeon with AMX the transposed path
+# takes 4x F.linear's time at 2 rows).
 LOSING_RATIO = 2.0
 # A measurement is busy when other processes (and, on a VM, the hypervisor: steal time) took more than this share of
 # the machine's CPU time while its passes ran: a pass needs every core its threads run on (each waits for the slowest

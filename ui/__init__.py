@@ -1,3 +1,4 @@
-"""The page: its panels (ui/panels/), the wiring they share (wiring.py, controls.py, ordering.py, errors.py), the
-endpoints (endpoints.py), renderers and the logic of chat, constraints and the heatmap, scripts and styles (static/).
+"""The page: its panels (ui/panels/), the wiring they share (wiring.py, controls.py, ordering.py, errors.py,
+handlers.py), the endpoints (endpoints.py), renderers and the logic of chat, constraints and the heatmap, scripts and
+styles (static/).
 """

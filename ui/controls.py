@@ -9,7 +9,6 @@ app.py, for groups across panels) builds the group.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -22,6 +21,7 @@ from history import History
 from lookahead.sampling import Sampling
 from ui.chat import messages_for
 from ui.constrain import in_force, stop_strings
+from ui.handlers import answers_of, shaped_like
 from ui.heatmap import Shown
 
 MAX_BUTTONS = 10  # the n_branches slider's maximum: a suggestions panel has this many branch buttons
@@ -179,17 +179,7 @@ def by_name(fn: Callable, inputs: Mapping[str, Component | Controls]) -> tuple[C
         filled = dict(zip((parameter.name for parameter in filled_by_gradio), values[len(components):]))
         return named | filled
 
-    if inspect.isgeneratorfunction(fn):
-
-        def handler(*values):
-            yield from fn(**arguments(values))
-
-    else:
-
-        def handler(*values):
-            return fn(**arguments(values))
-
-    functools.update_wrapper(handler, fn)
+    handler = shaped_like(fn, lambda *values: answers_of(fn, **arguments(values)))
     handler.__signature__ = inspect.Signature([
         *(inspect.Parameter(f"value_{i}", inspect.Parameter.POSITIONAL_ONLY) for i in range(len(components))),
         *filled_by_gradio,

@@ -10,15 +10,14 @@ Three kinds, kept apart so the server's log holds only what a maintainer must lo
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import gradio as gr
 
 from lookahead.backends.base import BackendError
 from lookahead.scheduler import Cancelled
+from ui.handlers import answers_of, shaped_like
 
 log = logging.getLogger("app")
 # Raised by the engine for input it refuses (the message says why), a backend that cannot answer, or a long job
@@ -36,7 +35,7 @@ def handled(fn: Callable, keep_when_cancelled: bool = False) -> Callable:
 
     `keep_when_cancelled`: a page event whose model work its session cancelled (a newer question, Stop, a closed
     tab) changes nothing and says nothing: the writer did nothing wrong, and the newer event brings its own answer.
-    The signature stays `fn`'s (functools.wraps), so gradio passes the same inputs and documents the same API.
+    The signature and kind stay `fn`'s (ui/handlers.py), so gradio passes the same inputs and documents the same API.
     """
 
     def failed(error: Exception) -> gr.Error:
@@ -50,30 +49,14 @@ def handled(fn: Callable, keep_when_cancelled: bool = False) -> Callable:
             "Try again, and if it happens again, reload the page."
         )
 
-    if inspect.isgeneratorfunction(fn):
-
-        @functools.wraps(fn)
-        def stream(*args, **kwargs):
-            try:
-                yield from fn(*args, **kwargs)
-            except Cancelled as error:
-                if not keep_when_cancelled:
-                    raise failed(error) from None
-                yield gr.skip()
-            except Exception as error:  # noqa: BLE001 - each kind is told apart in `failed`
-                raise failed(error) from None
-
-        return stream
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
+    def answers(*args, **kwargs) -> Iterator:
         try:
-            return fn(*args, **kwargs)
+            yield from answers_of(fn, *args, **kwargs)
         except Cancelled as error:
             if not keep_when_cancelled:
                 raise failed(error) from None
-            return gr.skip()
+            yield gr.skip()
         except Exception as error:  # noqa: BLE001 - each kind is told apart in `failed`
             raise failed(error) from None
 
-    return call
+    return shaped_like(fn, answers)

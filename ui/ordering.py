@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import inspect
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
@@ -27,6 +25,7 @@ from gradio.components import State
 from gradio.context import LocalContext
 
 from lookahead.scheduler import ASKED_AT
+from ui.handlers import answers_of, async_shaped_like
 
 _DONE = object()
 
@@ -84,46 +83,24 @@ class SessionOrder:
         called as the event arrives, before it waits (to cancel work of the session it makes stale). `inputs`: the
         components behind `fn`'s first positional arguments; its gr.State ones are read again once the event has
         its turn, and the gr.State values it answers are the session's before the turn passes on. The signature
-        stays `fn`'s (functools.wraps), so gradio passes the same inputs, gr.Request and gr.EventData included.
+        and kind stay `fn`'s (ui/handlers.py), so gradio passes the same inputs, gr.Request and gr.EventData included.
         """
         states = {i: component for i, component in enumerate(inputs) if isinstance(component, State)}
-        def asked(session: str) -> float:
-            """The event arrives: it makes the session's earlier work stale; when, for the jobs it starts."""
-            if arriving is not None:
-                arriving(session)
-            return time.monotonic()
 
-        def busy(session: str) -> bool:
-            return not long and while_long is not None and self.busy_with_long(session)
-
-        if inspect.isgeneratorfunction(fn):
-
-            @functools.wraps(fn)
-            async def stream(*args, **kwargs):
-                session = _session()
-                at = asked(session)
-                if busy(session):
-                    yield while_long()
-                    return
-                async with self.turn(session, long):
-                    iterator = fn(*_fresh(args, states, session), **kwargs)
-                    while (item := await anyio.to_thread.run_sync(as_asked, at, next, iterator, _DONE)) is not _DONE:
-                        yield _published(item, session)
-
-            return stream
-
-        @functools.wraps(fn)
-        async def call(*args, **kwargs):
+        async def answers(*args, **kwargs) -> AsyncIterator:
             session = _session()
-            at = asked(session)
-            if busy(session):
-                return while_long()
+            if arriving is not None:
+                arriving(session)  # the event makes the session's earlier work stale
+            at = time.monotonic()  # when it arrived, for the jobs it starts
+            if not long and while_long is not None and self.busy_with_long(session):
+                yield while_long()
+                return
             async with self.turn(session, long):
-                answer = await anyio.to_thread.run_sync(functools.partial(
-                    as_asked, at, fn, *_fresh(args, states, session), **kwargs))
-                return _published(answer, session)
+                items = answers_of(fn, *_fresh(args, states, session), **kwargs)
+                while (item := await anyio.to_thread.run_sync(as_asked, at, next, items, _DONE)) is not _DONE:
+                    yield _published(item, session)
 
-        return call
+        return async_shaped_like(fn, answers)
 
 
 def as_asked(at: float, fn: Callable, *args, **kwargs) -> object:

@@ -9,8 +9,6 @@ plain functions, and a panel built twice wires the same handlers to its own comp
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -21,6 +19,7 @@ from gradio.components import Component
 import custom_llm_inference as cli
 from ui.controls import Controls, by_name
 from ui.errors import handled, refuse
+from ui.handlers import answers_of, shaped_like
 from ui.ordering import SessionOrder
 
 if TYPE_CHECKING:
@@ -198,18 +197,4 @@ def _answering(fn: Callable, outputs: Mapping[str, Slot]) -> Callable:
                 answer[slot] = value
         return answer
 
-    if inspect.isgeneratorfunction(fn):
-
-        @functools.wraps(fn)
-        def stream(*args, **kwargs):
-            for update in fn(*args, **kwargs):
-                yield components(update)
-
-        return stream
-
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        return components(fn(*args, **kwargs))
-
-    return call
-
+    return shaped_like(fn, lambda *args, **kwargs: map(components, answers_of(fn, *args, **kwargs)))
