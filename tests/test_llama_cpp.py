@@ -25,7 +25,7 @@ import torch
 
 import custom_llm_inference as cli
 from lookahead.backends.server.llama_cpp import LlamaCppPython, LlamaServer
-from lookahead.backends.server.openai import Named, named_tokens
+from lookahead.backends.server.openai import Named, likeliest_first, named_tokens
 from lookahead.models import EMBEDDED_MODEL, embedded_gguf_path, stop_tokens
 from server_process import free_port, in_process
 from ui.server_limits import NO_SCORES, NO_WHY, SHARED_CACHE, server_limits
@@ -303,10 +303,19 @@ def test_a_text_several_tokens_share_names_none_of_them_and_hides_the_ranks_belo
     named = Named.of(("a", "b", "", "", "c", "d", "<|end|>"), frozenset({6}))
     top = {"a": -1.0, "\ufffd": -1.5, "c": -2.0, "b": -0.5}  # a piece of a character, written as U+FFFD
     assert named.ranked(top, 4) == {1: (-0.5, 1), 0: (-1.0, 2)}  # "c" may be outranked by the tokens "" hides
-    assert named.top(top, 4) == ({1: -0.5, 0: -1.0, 4: -2.0}, -1.0)  # every other token is at most as likely as "a"
+    listed = likeliest_first(top, 4)
+    assert named.top(listed) == ({1: -0.5, 0: -1.0, 4: -2.0}, -1.0)  # every other token is at most as likely as "a"
     assert named.ranked({"a": -1.0, "b": -2.0, "d": -9.0}, 2) == {0: (-1.0, 1), 1: (-2.0, 2)}  # "d": added past N
-    assert named.top({"": -0.1, "a": -3.0}, 2) == ({0: -3.0}, 0.0)  # llama.cpp's end token: a text of many
-    assert named.top({"<|end|>": -0.1, "a": -3.0}, 2) == ({6: -0.1, 0: -3.0}, None)  # as others write it
+    assert named.top([("", -0.1), ("a", -3.0)]) == ({0: -3.0}, 0.0)  # llama.cpp's end token: a text of many
+    assert named.top([("<|end|>", -0.1), ("a", -3.0)]) == ({6: -0.1, 0: -3.0}, None)  # as others write it
+
+
+def test_llama_cpp_python_lists_a_text_several_tokens_share_where_the_likeliest_of_them_ranks():
+    """Its top holds such a text at the rank of the likeliest of its tokens and with the least likely one's
+    log-probability: the others are at most as likely as the text listed above it, not the one above that value."""
+    named = Named.of(("a", "b", "\ufffd", "\ufffd"))
+    listed = LlamaCppPython().listed({"b": -0.5, "": -2.5, "a": -1.0}, 3)
+    assert named.top(listed) == ({1: -0.5, 0: -1.0}, -0.5)
 
 
 class FakeLlamaServer(ThreadingHTTPServer):

@@ -94,6 +94,12 @@ class LlamaCppPython(OpenAICompatible):
             sent["logit_bias"] = {str(i): -ALLOWED_BIAS for i in named_tokens(tokenizer).controls}
         return sent
 
+    def listed(self, top: Mapping[str, float], n: int) -> list[tuple[str, float]]:
+        """As the server lists them, likeliest first: a text several tokens share stands where the likeliest of them
+        ranks, with the log-probability of the least likely of them in its top (each is written in turn, the last
+        stays), so they are not in the order of their log-probabilities."""
+        return list(top.items())[:n]
+
     def draw_refusal(self, sampling: Sampling) -> str | None:
         filtered = sampling.top_p < 1.0 or sampling.min_p > 0.0
         return FILTERS_BEFORE_TEMPERATURE if sampling.temperature != 1.0 and filtered else None

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -80,14 +80,14 @@ class Named:
             position[self.ids[self.key(text)]] = Returned(logprob, rank)
         return position
 
-    def top(self, top: Mapping[str, float] | None, n: int) -> tuple[dict[int, float], float | None]:
-        """The tokens of a position's top `n` that a text names, and the log-probability the others are at most where
-        some of them are hidden under a text several tokens share (that of the token ranked just above the first
-        such text); None where none is."""
-        listed = [(self.key(text), logprob) for text, logprob in likeliest_first(top, n)]
-        hidden = next((at for at, (text, _) in enumerate(listed) if text not in self.ids), None)
-        ceiling = None if hidden is None else listed[hidden - 1][1] if hidden else 0.0
-        return {self.ids[text]: logprob for text, logprob in listed if text in self.ids}, ceiling
+    def top(self, listed: Sequence[tuple[str, float]]) -> tuple[dict[int, float], float | None]:
+        """The tokens of a position's top (`listed`: each text at its likeliest token's rank) that a text names, and
+        the log-probability the others are at most where some of them are hidden under a text several tokens share
+        (that of the text listed just above the first such text, which its tokens rank below); None where none is."""
+        keyed = [(self.key(text), logprob) for text, logprob in listed]
+        hidden = next((at for at, (text, _) in enumerate(keyed) if text not in self.ids), None)
+        ceiling = None if hidden is None else keyed[hidden - 1][1] if hidden else 0.0
+        return {self.ids[text]: logprob for text, logprob in keyed if text in self.ids}, ceiling
 
 
 def likeliest_first(top: Mapping[str, float] | None, n: int) -> list[tuple[str, float]]:
@@ -149,8 +149,13 @@ class OpenAICompatible(Server):
             return {**choice, "token_ids": [], "positions": positions}
         read = {**choice, "token_ids": generated_ids(choice.get("text") or "", choice, body["model"], tokenizer)}
         if tops:
-            read["top"], read["ceiling"] = named.top(tops[0], body["logprobs"])
+            read["top"], read["ceiling"] = named.top(self.listed(tops[0], body["logprobs"]))
         return read
+
+    def listed(self, top: Mapping[str, float], n: int) -> list[tuple[str, float]]:
+        """A generated position's top `n` texts, each at its likeliest token's rank: by log-probability (the API
+        leaves their order open; a text several tokens share is taken to carry the likeliest one's)."""
+        return likeliest_first(top, n)
 
     def offset(self, prompt: list[int], tokenizer: PreTrainedTokenizerBase) -> int:
         """How many tokens after its own token an echo entry's top tokens predict."""
