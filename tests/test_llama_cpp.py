@@ -43,6 +43,11 @@ TEXTS = [  # none ends in whitespace, which token healing would back up
     "Ünïcödé, emoji 🦜 and numbers 12345 make tokenizers work hard, and the model must still guess what comes "
     "next: «quotes», em dashes — and accents à la française",
 ]
+SPACE = 216  # the lone space; llama-cpp-python writes 37 other tokens (a space and a piece of a character) as " " too
+SPACE_BEFORE = [  # texts after which the model likely writes the lone space: the likeliest; the second, with a space
+    "Q: What is 2+2?\nA:",  # and a piece of a character below it in the server's top
+    "Ünïcödé, emoji 🦜 and numbers:",
+]
 MID_WORD = "The capital of Fra"  # its branches' first tokens join the word: the server reads " France"
 CONVERSATION = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "What is 2+2?"}]
 LETTER = (
@@ -114,6 +119,21 @@ def test_the_distribution_is_the_servers_top_logprobs_and_the_models(llama, llam
         reference = {e["token_id"]: e["logprob"] for e in cli.next_token_distribution(text, 50)}
     assert ours[0]["token_id"] == next(iter(reference))
     assert all(abs(e["logprob"] - reference[e["token_id"]]) < DEQUANTISED for e in ours[:5])
+
+
+@pytest.mark.parametrize("text", SPACE_BEFORE)
+def test_the_lone_space_is_in_the_distribution_at_its_own_log_probability(llama, llama_server, text):
+    """The server writes the lone space and a space with a piece of a character alike, " ", and gives that text in
+    its top the log-probability of the least likely of them there: the space is asked apart, and stands where the
+    model puts it."""
+    assert " " in list(ask(llama_server.url, text, logprobs=20)["logprobs"]["top_logprobs"][0])[:5]
+    ours = cli.next_token_distribution(text, 5, session="s")
+    with in_process():
+        reference = cli.next_token_distribution(text, 5)
+    mine, model = ({e["token_id"]: e["logprob"] for e in entries} for entries in (ours, reference))
+    assert abs(mine[SPACE] - model[SPACE]) < DEQUANTISED
+    assert abs(mine[SPACE] - own_logprob(llama_server.url, text, SPACE)) < SAME_SERVER
+    assert ours[0]["token_id"] == reference[0]["token_id"]
 
 
 @pytest.mark.parametrize("text", [TEXTS[0], TEXTS[1], MID_WORD])
