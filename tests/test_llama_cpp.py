@@ -25,7 +25,7 @@ import torch
 
 import custom_llm_inference as cli
 from lookahead.backends.server.llama_cpp import LlamaCppPython, LlamaServer
-from lookahead.backends.server.openai import Named, named_tokens
+from lookahead.backends.server.openai import Named, likeliest_first, named_tokens
 from lookahead.models import EMBEDDED_MODEL, embedded_gguf_path, stop_tokens
 from server_process import free_port, in_process
 from ui.server_limits import NO_SCORES, NO_WHY, SHARED_CACHE, server_limits
@@ -42,6 +42,11 @@ TEXTS = [  # none ends in whitespace, which token healing would back up
     "def factorial(n):\n    if n < 2:\n        return 1\n    return n * factorial(n - 1)",
     "Ünïcödé, emoji 🦜 and numbers 12345 make tokenizers work hard, and the model must still guess what comes "
     "next: «quotes», em dashes — and accents à la française",
+]
+SPACE = 216  # the lone space; llama-cpp-python writes 37 other tokens (a space and a piece of a character) as " " too
+SPACE_BEFORE = [  # texts after which the model likely writes the lone space: the likeliest; the second, with a space
+    "Q: What is 2+2?\nA:",  # and a piece of a character below it in the server's top
+    "Ünïcödé, emoji 🦜 and numbers:",
 ]
 MID_WORD = "The capital of Fra"  # its branches' first tokens join the word: the server reads " France"
 CONVERSATION = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "What is 2+2?"}]
@@ -93,19 +98,42 @@ def token_text(token_id: int) -> str:
     return named_tokens(tokenizer()).texts[token_id]
 
 
+def own_logprob(url: str, text: str, token: int) -> float:
+    """The server's log-probability of `token` after `text`, asked directly: its answer gives its choice's own, and
+    `token` is made its choice."""
+    return ask(url, text, logprobs=0, logit_bias={str(token): 100.0})["logprobs"]["token_logprobs"][0]
+
+
 @pytest.mark.parametrize("text", TEXTS)
 def test_the_distribution_is_the_servers_top_logprobs_and_the_models(llama, llama_server, text):
-    """Its top tokens but those it names by a text several tokens share (a lone space may be the space, or a space
-    and a piece of a character)."""
+    """Its top tokens but those it names by a text several tokens share, where none of them writes it whole (a lone
+    space is the space, at its own log-probability; a space and a piece of a character are not told apart)."""
     ours = cli.next_token_distribution(text, 10, session="d")
     theirs = ask(llama_server.url, text, logprobs=20)["logprobs"]["top_logprobs"][0]
-    named = named_tokens(tokenizer()).ids
-    assert [token_text(e["token_id"]) for e in ours] == [t for t in list(theirs)[:20] if t in named][:10]
-    assert all(abs(e["logprob"] - theirs[token_text(e["token_id"])]) < SAME_SERVER for e in ours)
+    named = named_tokens(tokenizer())
+    own = {t: own_logprob(llama_server.url, text, named.whole[t]) for t in theirs if t in named.whole}
+    listed = {t: own.get(t, logprob) for t, logprob in list(theirs.items())[:20] if t in named.ids or t in own}
+    assert [token_text(e["token_id"]) for e in ours] == sorted(listed, key=listed.get, reverse=True)[:10]
+    assert all(abs(e["logprob"] - listed[token_text(e["token_id"])]) < SAME_SERVER for e in ours)
     with in_process():
         reference = {e["token_id"]: e["logprob"] for e in cli.next_token_distribution(text, 50)}
     assert ours[0]["token_id"] == next(iter(reference))
     assert all(abs(e["logprob"] - reference[e["token_id"]]) < DEQUANTISED for e in ours[:5])
+
+
+@pytest.mark.parametrize("text", SPACE_BEFORE)
+def test_the_lone_space_is_in_the_distribution_at_its_own_log_probability(llama, llama_server, text):
+    """The server writes the lone space and a space with a piece of a character alike, " ", and gives that text in
+    its top the log-probability of the least likely of them there: the space is asked apart, and stands where the
+    model puts it."""
+    assert " " in list(ask(llama_server.url, text, logprobs=20)["logprobs"]["top_logprobs"][0])[:5]
+    ours = cli.next_token_distribution(text, 5, session="s")
+    with in_process():
+        reference = cli.next_token_distribution(text, 5)
+    mine, model = ({e["token_id"]: e["logprob"] for e in entries} for entries in (ours, reference))
+    assert abs(mine[SPACE] - model[SPACE]) < DEQUANTISED
+    assert abs(mine[SPACE] - own_logprob(llama_server.url, text, SPACE)) < SAME_SERVER
+    assert ours[0]["token_id"] == reference[0]["token_id"]
 
 
 @pytest.mark.parametrize("text", [TEXTS[0], TEXTS[1], MID_WORD])
@@ -303,10 +331,19 @@ def test_a_text_several_tokens_share_names_none_of_them_and_hides_the_ranks_belo
     named = Named.of(("a", "b", "", "", "c", "d", "<|end|>"), frozenset({6}))
     top = {"a": -1.0, "\ufffd": -1.5, "c": -2.0, "b": -0.5}  # a piece of a character, written as U+FFFD
     assert named.ranked(top, 4) == {1: (-0.5, 1), 0: (-1.0, 2)}  # "c" may be outranked by the tokens "" hides
-    assert named.top(top, 4) == ({1: -0.5, 0: -1.0, 4: -2.0}, -1.0)  # every other token is at most as likely as "a"
+    listed = likeliest_first(top, 4)
+    assert named.top(listed) == ({1: -0.5, 0: -1.0, 4: -2.0}, -1.0)  # every other token is at most as likely as "a"
     assert named.ranked({"a": -1.0, "b": -2.0, "d": -9.0}, 2) == {0: (-1.0, 1), 1: (-2.0, 2)}  # "d": added past N
-    assert named.top({"": -0.1, "a": -3.0}, 2) == ({0: -3.0}, 0.0)  # llama.cpp's end token: a text of many
-    assert named.top({"<|end|>": -0.1, "a": -3.0}, 2) == ({6: -0.1, 0: -3.0}, None)  # as others write it
+    assert named.top([("", -0.1), ("a", -3.0)]) == ({0: -3.0}, 0.0)  # llama.cpp's end token: a text of many
+    assert named.top([("<|end|>", -0.1), ("a", -3.0)]) == ({6: -0.1, 0: -3.0}, None)  # as others write it
+
+
+def test_llama_cpp_python_lists_a_text_several_tokens_share_where_the_likeliest_of_them_ranks():
+    """Its top holds such a text at the rank of the likeliest of its tokens and with the least likely one's
+    log-probability: the others are at most as likely as the text listed above it, not the one above that value."""
+    named = Named.of(("a", "b", "\ufffd", "\ufffd"))
+    listed = LlamaCppPython().listed({"b": -0.5, "": -2.5, "a": -1.0}, 3)
+    assert named.top(listed) == ({1: -0.5, 0: -1.0}, -0.5)
 
 
 class FakeLlamaServer(ThreadingHTTPServer):

@@ -12,6 +12,10 @@ llama-server has GET /props). What each gives, and so what the app offers throug
 | sampling | in transformers' order (`samplers`) | top-k, top-p, min-p, then temperature |
 | its window | /props | its refusal of a longer prompt |
 
+llama-cpp-python lists a text several tokens write once (a lone space, and a space with a piece of a character), where
+the likeliest of them ranks but with the least likely one's log-probability: the token that writes it whole is named
+by it, at its own log-probability, asked apart (a request more, that token made the server's choice).
+
 Both return raw log-probabilities (the model's softmax: p_base). llama-cpp-python sorts the whole vocabulary in
 Python for each position it returns log-probabilities of (~30 ms a position on 2 cores): a heatmap of 1,000 tokens
 takes half a minute, and a caret's fit (the text after it under each branch) is not offered.
@@ -43,6 +47,7 @@ from lookahead.backends.server.completions import COMPLETIONS, UNABLE, Post, Ser
 from lookahead.backends.server.openai import (
     LOGPROBS,
     STOPPED,
+    Named,
     OpenAICompatible,
     ProbingBackend,
     context_window,
@@ -93,6 +98,23 @@ class LlamaCppPython(OpenAICompatible):
         if body.get("logprobs") and not body.get("echo"):
             sent["logit_bias"] = {str(i): -ALLOWED_BIAS for i in named_tokens(tokenizer).controls}
         return sent
+
+    def listed(self, top: Mapping[str, float], n: int) -> list[tuple[str, float]]:
+        """As the server lists them, likeliest first: a text several tokens share stands where the likeliest of them
+        ranks, with the log-probability of the least likely of them in its top (each is written in turn, the last
+        stays), so they are not in the order of their log-probabilities."""
+        return list(top.items())[:n]
+
+    def read_top(self, top: Mapping[str, float], n: int, named: Named) -> dict:
+        """Also the tokens that write whole a text of the top several tokens share ("shared", a lone space beside a
+        space and a piece of a character): their own log-probabilities are asked apart (`own_logprob`)."""
+        return {**super().read_top(top, n, named), "shared": named.wholes(self.listed(top, n))}
+
+    def own_logprob(self, post: Post, body: dict, token: int, tokenizer: PreTrainedTokenizerBase) -> float:
+        """`token`'s log-probability where `body` asks the next token's top: the server's answer gives the chosen
+        token's own (raw), and `token` is made its choice, its logit lifted above every other."""
+        forced = {**self.request(body, tokenizer), "max_tokens": 1, "logprobs": 0, **allowed_bias([token])}
+        return post(COMPLETIONS, forced, False)["choices"][0]["logprobs"]["token_logprobs"][0]
 
     def draw_refusal(self, sampling: Sampling) -> str | None:
         filtered = sampling.top_p < 1.0 or sampling.min_p > 0.0
@@ -262,7 +284,20 @@ class LlamaCppBackend(ProbingBackend):
 
     def _complete(self, body: dict) -> dict:
         with self._turn(body) as fresh:
-            return super()._complete({**body, **fresh})
+            sent = {**body, **fresh}
+            answer = super()._complete(sent)
+            return {**answer, "choices": [self._with_own_logprobs(sent, choice) for choice in answer["choices"]]}
+
+    def _with_own_logprobs(self, body: dict, choice: dict) -> dict:
+        """`choice` with the own log-probability of each token its top names by a text it shares ("shared"), which
+        the server's top gives as any of theirs."""
+        shared = choice.get("shared")
+        if not shared:
+            return choice
+        post = partial(self._send, self._model(body["model"]).client)
+        tokenizer = load_tokenizer(body["model"])
+        own = {token: self.server.own_logprob(post, body, token, tokenizer) for token in shared}
+        return {**choice, "top": {**choice["top"], **own}}
 
     def _stream(self, body: dict) -> Iterator[dict]:
         with self._turn(body) as fresh:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from transformers import AutoConfig, PreTrainedTokenizerBase
@@ -52,13 +53,19 @@ class Named:
     texts: tuple[str, ...]  # each token id's text, read so
     ids: Mapping[str, int]  # the texts that name one token
     controls: frozenset[int] = frozenset()  # the control tokens
+    # the texts several tokens share that one of them writes whole (a lone space; the others add a piece of a
+    # character): that one, whose own log-probability a server's answer by text does not tell
+    whole: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, texts: tuple[str, ...], controls: frozenset[int] = frozenset()) -> Named:
-        counts: dict[str, int] = {}
-        for text in texts:
-            counts[text] = counts.get(text, 0) + 1
-        return cls(texts, {text: i for i, text in enumerate(texts) if counts[text] == 1}, controls)
+        """From each token id's text on its own (a piece of a character written as U+FFFD)."""
+        keys = tuple(map(cls.key, texts))
+        counts = Counter(keys)
+        shared = [(key, i) for i, (key, text) in enumerate(zip(keys, texts)) if counts[key] > 1 and key == text]
+        writers = Counter(key for key, _ in shared)
+        return cls(keys, {key: i for i, key in enumerate(keys) if counts[key] == 1}, controls,
+                   {key: i for key, i in shared if writers[key] == 1})
 
     @staticmethod
     def key(text: str) -> str:
@@ -80,14 +87,19 @@ class Named:
             position[self.ids[self.key(text)]] = Returned(logprob, rank)
         return position
 
-    def top(self, top: Mapping[str, float] | None, n: int) -> tuple[dict[int, float], float | None]:
-        """The tokens of a position's top `n` that a text names, and the log-probability the others are at most where
-        some of them are hidden under a text several tokens share (that of the token ranked just above the first
-        such text); None where none is."""
-        listed = [(self.key(text), logprob) for text, logprob in likeliest_first(top, n)]
-        hidden = next((at for at, (text, _) in enumerate(listed) if text not in self.ids), None)
-        ceiling = None if hidden is None else listed[hidden - 1][1] if hidden else 0.0
-        return {self.ids[text]: logprob for text, logprob in listed if text in self.ids}, ceiling
+    def top(self, listed: Sequence[tuple[str, float]]) -> tuple[dict[int, float], float | None]:
+        """The tokens of a position's top (`listed`: each text at its likeliest token's rank) that a text names, and
+        the log-probability the others are at most where some of them are hidden under a text several tokens share
+        (that of the text listed just above the first such text, which its tokens rank below); None where none is."""
+        keyed = [(self.key(text), logprob) for text, logprob in listed]
+        hidden = next((at for at, (text, _) in enumerate(keyed) if text not in self.ids), None)
+        ceiling = None if hidden is None else keyed[hidden - 1][1] if hidden else 0.0
+        return {self.ids[text]: logprob for text, logprob in keyed if text in self.ids}, ceiling
+
+    def wholes(self, listed: Sequence[tuple[str, float]]) -> list[int]:
+        """The tokens that write whole a `listed` text several tokens share: what the text names but for its
+        log-probability, which may be any of theirs."""
+        return [self.whole[key] for key in (self.key(text) for text, _ in listed) if key in self.whole]
 
 
 def likeliest_first(top: Mapping[str, float] | None, n: int) -> list[tuple[str, float]]:
@@ -98,7 +110,7 @@ def likeliest_first(top: Mapping[str, float] | None, n: int) -> list[tuple[str, 
 def named_tokens(tokenizer: PreTrainedTokenizerBase) -> Named:
     """The model's tokens by their texts, as `Named` reads them."""
     controls = frozenset(i for i, token in tokenizer.added_tokens_decoder.items() if token.special)
-    return Named.of(tuple(map(Named.key, token_texts(tokenizer))), controls)
+    return Named.of(token_texts(tokenizer), controls)
 
 
 def context_window(model: dict, name: str) -> int:
@@ -149,8 +161,19 @@ class OpenAICompatible(Server):
             return {**choice, "token_ids": [], "positions": positions}
         read = {**choice, "token_ids": generated_ids(choice.get("text") or "", choice, body["model"], tokenizer)}
         if tops:
-            read["top"], read["ceiling"] = named.top(tops[0], body["logprobs"])
+            read.update(self.read_top(tops[0], body["logprobs"], named))
         return read
+
+    def read_top(self, top: Mapping[str, float], n: int, named: Named) -> dict:
+        """A generated position's top `n`: the tokens its texts name ("top") and what every other token is at most
+        where not the least of them ("ceiling")."""
+        found, ceiling = named.top(self.listed(top, n))
+        return {"top": found, "ceiling": ceiling}
+
+    def listed(self, top: Mapping[str, float], n: int) -> list[tuple[str, float]]:
+        """A generated position's top `n` texts, each at its likeliest token's rank: by log-probability (the API
+        leaves their order open; a text several tokens share is taken to carry the likeliest one's)."""
+        return likeliest_first(top, n)
 
     def offset(self, prompt: list[int], tokenizer: PreTrainedTokenizerBase) -> int:
         """How many tokens after its own token an echo entry's top tokens predict."""
