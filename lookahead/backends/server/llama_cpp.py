@@ -39,7 +39,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lookahead.backends.base import BackendError, Capabilities
 from lookahead.backends.server.client import TIMEOUT_SECONDS, Client, Refused
-from lookahead.backends.server.completions import COMPLETIONS, UNABLE, Post, Served, Server
+from lookahead.backends.server.completions import COMPLETIONS, Served
 from lookahead.backends.server.openai import (
     LOGPROBS,
     STOPPED,
@@ -48,6 +48,7 @@ from lookahead.backends.server.openai import (
     context_window,
     named_tokens,
 )
+from lookahead.backends.server.server import UNABLE, Post, Server
 from lookahead.backends.server.top_n import Position
 from lookahead.backends.server.vllm import session_salt
 from lookahead.models import load_tokenizer, stop_tokens
