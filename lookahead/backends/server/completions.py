@@ -27,27 +27,34 @@ log-probabilities, so it is a lower bound, over N (`top_n_js_bits`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from http import HTTPStatus
-from typing import NamedTuple
 
 import torch
-from transformers import PreTrainedTokenizerBase
 
 from lookahead.backends.base import BackendError, Capabilities
 from lookahead.backends.server.client import TIMEOUT_SECONDS, Client, Refused, Unreachable
 from lookahead.backends.server.server import UNABLE, Server
 from lookahead.backends.server.top_n import (
-    Position,
     first_choice,
     likeliest,
     next_token_logprobs,
     ranked_top,
     score_rows,
     top_n_js_bits,
+)
+from lookahead.backends.server.wire import (
+    COMPLETIONS,
+    AskLogprobs,
+    Context,
+    NextTokens,
+    Scored,
+    TooManyLogprobs,
+    ask_top_logprobs,
+    by_index,
 )
 from lookahead.chat import as_dicts
 from lookahead.comparison import at_tokens, comparison_result, model_requests, read_alike
@@ -79,13 +86,11 @@ from lookahead.results import (
 from lookahead.sampling import PLAIN, Sampling
 from lookahead.scheduler import scheduler
 
-COMPLETIONS = "/completions"
 PROBE_TEXT = "Probe: the tokenizer's ids for this text, ünïcödé and 12345, must match the server's."
 APPROXIMATE = (
     "p_final is approximate here: the {server} server returns its top {n} tokens only, and these settings "
     "need the rest of the distribution (see docs/deploy-vllm.md)."
 )
-AskLogprobs = Callable[[int], dict]  # the request fields asking that many log-probabilities per position
 
 
 @dataclass(frozen=True)
@@ -95,54 +100,6 @@ class Served:
     name: str
     max_model_len: int
     client: Client
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the model sees for one request, tokenized here."""
-
-    tokenizer: PreTrainedTokenizerBase
-    ids: list[int]
-    dropped: int  # leading tokens left out of the server's context window
-    healed: str  # trailing whitespace backed up by token healing
-    model: str
-    session: str
-    allowed: torch.Tensor | None = None  # healing's mask over the first token
-    guide: Guide | None = None  # a constraint's state after the text
-    forced: tuple[int, ...] = ()  # the last of `ids`: the only tokens the constraint allowed after the text
-
-
-class Scored(NamedTuple):
-    """A text scored by the server: token_probabilities' answer, and what it was built from."""
-
-    result: TokenScores
-    text: ScoredText  # the text as tokenized, and the window the server read
-    positions: list[Position | None]  # the server's log-probabilities at each position of that window
-
-
-class NextTokens(NamedTuple):
-    """The server's top log-probabilities after a text, by token id."""
-
-    top: dict[int, float]
-    reused: int  # prompt tokens found in its prefix cache
-    ceiling: float | None  # what every token not in `top` is at most, where not the least of `top` (`Server.ceiling`)
-
-
-class TooManyLogprobs(Exception):
-    """The server allows only `allowed` log-probabilities per position."""
-
-    def __init__(self, allowed: int) -> None:
-        self.allowed = allowed
-
-
-def ask_top_logprobs(n: int) -> dict:
-    """OpenAI's field asking the top `n` log-probabilities of each generated position."""
-    return {"logprobs": n}
-
-
-def by_index(answer: dict) -> list[dict]:
-    """An answer's choices in the order of its prompts."""
-    return sorted(answer["choices"], key=lambda c: c["index"])
 
 
 def server_urls(urls: str) -> list[str]:

@@ -39,7 +39,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lookahead.backends.base import BackendError, Capabilities
 from lookahead.backends.server.client import TIMEOUT_SECONDS, Client, Refused
-from lookahead.backends.server.completions import COMPLETIONS, Served
+from lookahead.backends.server.completions import Served
 from lookahead.backends.server.openai import (
     LOGPROBS,
     STOPPED,
@@ -51,6 +51,7 @@ from lookahead.backends.server.openai import (
 from lookahead.backends.server.server import UNABLE, Post, Server
 from lookahead.backends.server.top_n import Position
 from lookahead.backends.server.vllm import session_salt
+from lookahead.backends.server.wire import COMPLETIONS
 from lookahead.models import load_tokenizer, stop_tokens
 from lookahead.requests import CompareRequest
 from lookahead.sampling import Sampling
