@@ -39,7 +39,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lookahead.backends.base import BackendError, Capabilities
 from lookahead.backends.server.client import TIMEOUT_SECONDS, Client, Refused
-from lookahead.backends.server.completions import Served
+from lookahead.backends.server.connections import Served
 from lookahead.backends.server.openai import (
     LOGPROBS,
     STOPPED,
