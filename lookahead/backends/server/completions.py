@@ -4,7 +4,9 @@ A server batches many writers' requests on GPUs, keeps their prefixes' KV cache 
 GPUs and nodes: what one process can't. This backend is a thin adapter; the answers are built by
 `lookahead/results.py`, as in-process. What differs from one server to another (its own request fields, how
 its answers hold token ids and log-probabilities, its model list and tokenizer, its sampling order) is a
-`Server` description, one small module per server (`vllm.py`, `llama_cpp.py`, `openai.py`).
+`Server` description (`server.py`), one small module per server (`vllm.py`, `llama_cpp.py`, `openai.py`). Beside
+this module: `connections.py` finds each model's server and sends it the requests, `wire.py` holds what a request
+becomes on the wire and what comes back, `client.py` the HTTP, `top_n.py` p_final from the top log-probabilities.
 
 Exact by construction:
 - Text is tokenized here, by the model's own tokenizer (and chat template), and sent as token ids; ids
@@ -20,8 +22,8 @@ Exact by construction:
   serves a session its own text and nobody else's (docs/deploy-vllm.md).
 
 A server may serve one model only (vLLM does): the backend then takes several servers' URLs, and asks each model of
-the server that lists it. So `compare` can read two models: their divergence comes from each one's top N
-log-probabilities, so it is a lower bound, over N (`top_n_js_bits`).
+the server that lists it (`connections.py`). So `compare` can read two models: their divergence comes from each
+one's top N log-probabilities, so it is a lower bound, over N (`top_n_js_bits`).
 """
 
 from __future__ import annotations
