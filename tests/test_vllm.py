@@ -26,7 +26,7 @@ from transformers import AutoModelForCausalLM
 import custom_llm_inference as cli
 from api_client import Client
 from conftest import TINY_LLAMA_DIR
-from lookahead.backends.server import completions
+from lookahead.backends.server import connections
 from lookahead.backends.server import vllm as vllm_backend
 from lookahead.models import EMBEDDED_MODEL, embedded_model_dir
 from server_process import in_process
@@ -354,7 +354,7 @@ def test_a_different_tokenizer_behind_the_url_is_a_clear_error(vllm, monkeypatch
         def __call__(self, text, **options):
             return {"input_ids": [1, 2, 3]}
 
-    monkeypatch.setattr(completions, "load_tokenizer", lambda name: OtherTokenizer())
+    monkeypatch.setattr(connections, "load_tokenizer", lambda name: OtherTokenizer())
     with pytest.raises(cli.BackendError, match="a different model is behind that URL"):
         cli.token_probabilities(TEXTS[0])
 

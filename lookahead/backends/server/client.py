@@ -1,8 +1,8 @@
 """An OpenAI-compatible server over HTTP: JSON requests, server-sent events, and every failure as a
 `BackendError` that names the server and says what to do (the writer's text is kept; retrying is safe).
 
-Nothing here knows which server it is or what the requests mean: that is `completions.py` and the
-server's own module.
+Nothing here knows which server it is or what the requests mean: that is the completions backend (`completions.py`,
+`connections.py`, `wire.py`) and the server's own module.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ A server batches many writers' requests on GPUs, keeps their prefixes' KV cache 
 GPUs and nodes: what one process can't. This backend is a thin adapter; the answers are built by
 `lookahead/results.py`, as in-process. What differs from one server to another (its own request fields, how
 its answers hold token ids and log-probabilities, its model list and tokenizer, its sampling order) is a
-`Server` description, one small module per server (`vllm.py`, `llama_cpp.py`, `openai.py`).
+`Server` description (`server.py`), one small module per server (`vllm.py`, `llama_cpp.py`, `openai.py`). Beside
+this module: `connections.py` finds each model's server and sends it the requests, `wire.py` holds what a request
+becomes on the wire and what comes back, `client.py` the HTTP, `top_n.py` p_final from the top log-probabilities.
 
 Exact by construction:
 - Text is tokenized here, by the model's own tokenizer (and chat template), and sent as token ids; ids
@@ -20,28 +22,23 @@ Exact by construction:
   serves a session its own text and nobody else's (docs/deploy-vllm.md).
 
 A server may serve one model only (vLLM does): the backend then takes several servers' URLs, and asks each model of
-the server that lists it. So `compare` can read two models: their divergence comes from each one's top N
-log-probabilities, so it is a lower bound, over N (`top_n_js_bits`).
+the server that lists it (`connections.py`). So `compare` can read two models: their divergence comes from each
+one's top N log-probabilities, so it is a lower bound, over N (`top_n_js_bits`).
 """
 
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from functools import partial
-from http import HTTPStatus
-from typing import NamedTuple
+from collections.abc import Collection, Iterator
+from dataclasses import replace
 
 import torch
-from transformers import PreTrainedTokenizerBase
 
-from lookahead.backends.base import BackendError, Capabilities
-from lookahead.backends.server.client import TIMEOUT_SECONDS, Client, Refused, Unreachable
+from lookahead.backends.base import Capabilities
+from lookahead.backends.server.client import TIMEOUT_SECONDS
+from lookahead.backends.server.connections import Connections
+from lookahead.backends.server.server import UNABLE
 from lookahead.backends.server.top_n import (
-    Position,
     first_choice,
     likeliest,
     next_token_logprobs,
@@ -49,6 +46,7 @@ from lookahead.backends.server.top_n import (
     score_rows,
     top_n_js_bits,
 )
+from lookahead.backends.server.wire import Context, NextTokens, Scored, ask_top_logprobs
 from lookahead.chat import as_dicts
 from lookahead.comparison import at_tokens, comparison_result, model_requests, read_alike
 from lookahead.constraints import Guide, MatcherStore
@@ -79,180 +77,21 @@ from lookahead.results import (
 from lookahead.sampling import PLAIN, Sampling
 from lookahead.scheduler import scheduler
 
-COMPLETIONS = "/completions"
-GREEDY_TEMPERATURE = 0.0  # asks a server for its likeliest token
-PROBE_TEXT = "Probe: the tokenizer's ids for this text, ünïcödé and 12345, must match the server's."
-UNABLE = "{task} needs {need}; the {server} server {lacks} (the {backend} backend): ask it of the in-process backend"
 APPROXIMATE = (
     "p_final is approximate here: the {server} server returns its top {n} tokens only, and these settings "
     "need the rest of the distribution (see docs/deploy-vllm.md)."
 )
-Post = Callable[[str, dict, bool], dict]  # POST (path, body, root): the answer's JSON
-AskLogprobs = Callable[[int], dict]  # the request fields asking that many log-probabilities per position
 
 
-class Server(ABC):
-    """One kind of completions server: what it calls the fields the OpenAI API lacks, where its answers hold what
-    this backend reads, and what it cannot do as transformers does. A second server is one subclass of this."""
-
-    name: str  # as messages name it: "The {name} server at URL"
-    device: str  # the results' `device`: "{device} URL"
-    logprobs: int  # log-probabilities asked per position: the most the server allows by default
-    logprobs_option: str  # the server's option raising that cap, for the error when it is too low
-    model_name_option: str  # the server's option naming the model as the app knows it
-    fields: Mapping[str, object]  # sent with every completion: token ids back, end-of-sequence ignored
-    renamed: Mapping[str, str] = {}  # a `Sampling` field's name -> the server's, where they differ
-    batches: bool = True  # one request may hold several prompts (else: a request per prompt)
-
-    def request(self, body: dict, tokenizer: PreTrainedTokenizerBase) -> dict:
-        """`body` (its prompts token ids) as this server takes it."""
-        return body
-
-    def answer(self, body: dict, answer: dict, tokenizer: PreTrainedTokenizerBase) -> dict:
-        """The server's `answer` to `body` (or one streamed chunk of it) as this description's readers take it."""
-        return answer
-
-    def sampling_fields(self, sampling: Sampling, sample: bool) -> dict:
-        """One request field per `Sampling` field, every one (the server's defaults would replace an omitted one);
-        greedy unless `sample`: the best token by p_final is the best after the penalties, which temperature and
-        the filters keep."""
-        settings = sampling.as_dict() if sample else {**sampling.as_dict(), "temperature": GREEDY_TEMPERATURE}
-        return {self.renamed.get(name, name): value for name, value in settings.items()}
-
-    def draw_refusal(self, sampling: Sampling) -> str | None:
-        """Why the server cannot draw tokens from p_final under `sampling` (its filters in another order), if so."""
-        return None
-
-    def cached_tokens(self, answer: dict) -> int:
-        """Prompt tokens the server found in its prefix cache (OpenAI's usage.prompt_tokens_details)."""
-        details = (answer.get("usage") or {}).get("prompt_tokens_details") or {}
-        return int(details.get("cached_tokens") or 0)
-
-    @abstractmethod
-    def session_fields(self, model: str, session: str) -> dict:
-        """The fields that make the server's prefix cache reuse only `session`'s own requests."""
-
-    @abstractmethod
-    def token_ids(self, choice: dict) -> list[int]:
-        """The ids of the tokens a choice (or a streamed chunk's choice) generated."""
-
-    @abstractmethod
-    def top_logprobs(self, choice: dict) -> dict[int, float]:
-        """The first generated position's top log-probabilities, by token id: raw (the model's softmax, before any
-        penalty or temperature), as p_base is."""
-
-    def ceiling(self, choice: dict) -> float | None:
-        """The log-probability no token left out of `top_logprobs` exceeds, where the server left out some of its
-        likeliest (it named them by texts several tokens share); None: the least likely returned token's."""
-        return None
-
-    @abstractmethod
-    def prompt_logprobs(self, n: int) -> dict:
-        """The request fields asking the top `n` log-probabilities of every prompt position (and its own token's)."""
-
-    @abstractmethod
-    def prompt_positions(self, choice: dict) -> list[Position | None]:
-        """Those log-probabilities, one position per prompt token (None: the first, with nothing before it)."""
-
-    @abstractmethod
-    def allowed_tokens(self, ids: list[int]) -> dict:
-        """The request fields restricting the next token to `ids`."""
-
-    @abstractmethod
-    def stop_fields(self, stops: Collection[int]) -> dict:
-        """The request fields that end a generation at any of `stops`."""
-
-    @abstractmethod
-    def logprobs_cap(self, message: str) -> int | None:
-        """The most log-probabilities the server allows, if its error `message` refuses more."""
-
-    @abstractmethod
-    def context_window(self, model: dict) -> int:
-        """The model's context window in tokens, from the server's /models entry for it."""
-
-    @abstractmethod
-    def tokenize(self, post: Post, model: str, text: str) -> list[int]:
-        """The server's token ids for `text` (no special tokens), asked through `post`."""
-
-
-@dataclass(frozen=True)
-class Served:
-    """A model a server serves, as it describes it, and that server."""
-
-    name: str
-    max_model_len: int
-    client: Client
-
-
-@dataclass(frozen=True)
-class Context:
-    """What the model sees for one request, tokenized here."""
-
-    tokenizer: PreTrainedTokenizerBase
-    ids: list[int]
-    dropped: int  # leading tokens left out of the server's context window
-    healed: str  # trailing whitespace backed up by token healing
-    model: str
-    session: str
-    allowed: torch.Tensor | None = None  # healing's mask over the first token
-    guide: Guide | None = None  # a constraint's state after the text
-    forced: tuple[int, ...] = ()  # the last of `ids`: the only tokens the constraint allowed after the text
-
-
-class Scored(NamedTuple):
-    """A text scored by the server: token_probabilities' answer, and what it was built from."""
-
-    result: TokenScores
-    text: ScoredText  # the text as tokenized, and the window the server read
-    positions: list[Position | None]  # the server's log-probabilities at each position of that window
-
-
-class NextTokens(NamedTuple):
-    """The server's top log-probabilities after a text, by token id."""
-
-    top: dict[int, float]
-    reused: int  # prompt tokens found in its prefix cache
-    ceiling: float | None  # what every token not in `top` is at most, where not the least of `top` (`Server.ceiling`)
-
-
-class TooManyLogprobs(Exception):
-    """The server allows only `allowed` log-probabilities per position."""
-
-    def __init__(self, allowed: int) -> None:
-        self.allowed = allowed
-
-
-def ask_top_logprobs(n: int) -> dict:
-    """OpenAI's field asking the top `n` log-probabilities of each generated position."""
-    return {"logprobs": n}
-
-
-def by_index(answer: dict) -> list[dict]:
-    """An answer's choices in the order of its prompts."""
-    return sorted(answer["choices"], key=lambda c: c["index"])
-
-
-def server_urls(urls: str) -> list[str]:
-    """The URLs in `urls`, comma-separated; ValueError for none."""
-    listed = [url.strip() for url in urls.split(",") if url.strip()]
-    if not listed:
-        raise ValueError(f"no server URL in {urls!r}: give one, or several comma-separated")
-    return listed
-
-
-class CompletionsBackend:
+class CompletionsBackend(Connections):
     """Answers the public functions' checked requests through the completions servers at `url` (…/v1; several
     comma-separated, each asked of the models it lists) that `server` describes. A server's backend subclasses this
     with its `server` and `capabilities`."""
 
-    server: Server
     capabilities: Capabilities
 
     def __init__(self, url: str, timeout: float = TIMEOUT_SECONDS) -> None:
-        self.clients = [Client(each, self.server.name, timeout) for each in server_urls(url)]
-        self.url = ",".join(client.url for client in self.clients)
-        self.logprobs = self.server.logprobs  # lowered to the smallest cap of the servers that refuse more
-        self._served: dict[str, Served] = {}  # checked models; forgotten when a server drops out
+        super().__init__(url, timeout)
         self.matchers = MatcherStore()  # each session's constraint matchers, as in-process
 
     def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
@@ -545,104 +384,3 @@ class CompletionsBackend:
     def _constrainable(self, request: LookaheadRequest | DistributionRequest | GenerateRequest) -> None:
         self._able("a constraint", "the server to take the tokens each step allows",
                    request.constraint is None or self.capabilities.constraints, "takes none")
-
-    # The servers
-
-    def _model(self, name: str) -> Served:
-        """The description of `name` by the server that serves it, found and checked once per connection."""
-        known = self._served.get(name)  # one read: another thread may clear the dict at any time
-        if known is None:
-            known = self._served[name] = self._find(name)
-        return known
-
-    def _find(self, name: str) -> Served:
-        """`name` as the first server that lists it describes it: that server must tokenize it as here."""
-        listed = {}
-        for client in self.clients:
-            with self._answering(client, None):
-                served = client.models()
-            if name in served:
-                break
-            listed[client.url] = sorted(served)
-        else:
-            raise BackendError(self._unserved(name, listed))
-        probe = load_tokenizer(name)(PROBE_TEXT, add_special_tokens=False)["input_ids"]
-        if self.server.tokenize(partial(self._send, client), name, PROBE_TEXT) != probe:
-            raise BackendError(
-                f"{client.name} serves a model named {name!r} whose tokenizer is not {name!r}'s here: a "
-                "different model is behind that URL."
-            )
-        return Served(name, self.server.context_window(served[name]), client)
-
-    def _unserved(self, name: str, listed: dict[str, list[str]]) -> str:
-        """Which models each server serves (`listed`, by URL), none of them `name`, and what to do."""
-        option = self.server.model_name_option
-        if len(listed) == 1:
-            (url, models), = listed.items()
-            return (f"The {self.server.name} server at {url} serves {models}, not {name!r}: start it with "
-                    f"{option} {name!r}, or choose one of its models.")
-        servers = "; ".join(f"the one at {url} serves {models}" for url, models in listed.items())
-        return (f"No {self.server.name} server serves {name!r} ({servers}): start one with {option} {name!r}, or "
-                "choose one of their models.")
-
-    def _with_logprobs(self, body: dict, ask: AskLogprobs, width: int, needed: int) -> dict:
-        """POST /completions asking `width` log-probabilities per position (`ask` names the fields); a server that
-        allows fewer, but at least `needed`, is asked for what it allows, and that cap is kept."""
-        try:
-            return self._complete({**body, **ask(width)})
-        except TooManyLogprobs as refusal:
-            if refusal.allowed < max(needed, 1):
-                option = self.server.logprobs_option
-                raise BackendError(
-                    f"{self._model(body['model']).client.name} returns at most {refusal.allowed} log-probabilities "
-                    f"per token (its {option}), and this needs {needed}: ask for at most {refusal.allowed}, or restart "
-                    f"the server with {option} {max(needed, self.server.logprobs)}."
-                ) from None
-            self.logprobs = refusal.allowed
-            return self._complete({**body, **ask(max(needed, refusal.allowed))})
-
-    def _complete(self, body: dict) -> dict:
-        tokenizer = load_tokenizer(body["model"])
-        return self.server.answer(body, self._post(COMPLETIONS, self.server.request(body, tokenizer)), tokenizer)
-
-    def _complete_each(self, body: dict) -> list[dict]:
-        """The choice for each of the body's prompts, in their order: in one request where the server takes several."""
-        if self.server.batches:
-            return by_index(self._complete(body))
-        return [self._complete({**body, "prompt": prompt})["choices"][0] for prompt in body["prompt"]]
-
-    def _post(self, path: str, body: dict, root: bool = False) -> dict:
-        """POST to the server of the body's model; `root`: the path is the server's own (not under /v1)."""
-        return self._send(self._model(body["model"]).client, path, body, root)
-
-    def _send(self, client: Client, path: str, body: dict, root: bool = False) -> dict:
-        with self._answering(client, body):
-            return client.post(path, body, root)
-
-    def _stream(self, body: dict) -> Iterator[dict]:
-        client = self._model(body["model"]).client
-        tokenizer = load_tokenizer(body["model"])
-        with self._answering(client, body):
-            for chunk in client.stream(COMPLETIONS, self.server.request(body, tokenizer)):
-                yield self.server.answer(body, chunk, tokenizer)
-
-    @contextmanager
-    def _answering(self, client: Client, body: dict | None) -> Iterator[None]:
-        """The client's failures as this backend reads them: the models are checked again after any (a server may
-        come back serving another), and a refusal of too many log-probabilities or of the model says so."""
-        try:
-            yield
-        except Unreachable:
-            self._served.clear()
-            raise
-        except Refused as refusal:
-            allowed = self.server.logprobs_cap(refusal.message)
-            if allowed is not None:
-                raise TooManyLogprobs(allowed) from None
-            if refusal.status == HTTPStatus.NOT_FOUND and body and "model" in body:
-                self._served.clear()
-                raise BackendError(
-                    f"{client.name} no longer serves {body['model']!r} (it says: {refusal.message}); a "
-                    "different model is behind that URL."
-                ) from None
-            raise

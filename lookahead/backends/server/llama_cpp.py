@@ -43,7 +43,7 @@ from transformers import PreTrainedTokenizerBase
 
 from lookahead.backends.base import BackendError, Capabilities
 from lookahead.backends.server.client import TIMEOUT_SECONDS, Client, Refused
-from lookahead.backends.server.completions import COMPLETIONS, UNABLE, Post, Served, Server
+from lookahead.backends.server.connections import Served
 from lookahead.backends.server.openai import (
     LOGPROBS,
     STOPPED,
@@ -53,8 +53,10 @@ from lookahead.backends.server.openai import (
     context_window,
     named_tokens,
 )
+from lookahead.backends.server.server import UNABLE, Post, Server
 from lookahead.backends.server.top_n import Position
 from lookahead.backends.server.vllm import session_salt
+from lookahead.backends.server.wire import COMPLETIONS
 from lookahead.models import load_tokenizer, stop_tokens
 from lookahead.requests import CompareRequest
 from lookahead.sampling import Sampling

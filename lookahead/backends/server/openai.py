@@ -30,8 +30,11 @@ from transformers import AutoConfig, PreTrainedTokenizerBase
 
 from lookahead.backends.base import BackendError, Capabilities
 from lookahead.backends.server.client import TIMEOUT_SECONDS, Refused
-from lookahead.backends.server.completions import COMPLETIONS, PROBE_TEXT, CompletionsBackend, Post, Served, Server
+from lookahead.backends.server.completions import CompletionsBackend
+from lookahead.backends.server.connections import PROBE_TEXT, Served
+from lookahead.backends.server.server import Post, Server
 from lookahead.backends.server.top_n import Position, Returned
+from lookahead.backends.server.wire import COMPLETIONS
 from lookahead.healing import token_texts
 from lookahead.models import load_tokenizer, model_source, stop_tokens
 

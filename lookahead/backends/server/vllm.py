@@ -27,7 +27,8 @@ import secrets
 from collections.abc import Collection
 
 from lookahead.backends.base import Capabilities
-from lookahead.backends.server.completions import CompletionsBackend, Post, Server
+from lookahead.backends.server.completions import CompletionsBackend
+from lookahead.backends.server.server import Post, Server
 from lookahead.backends.server.top_n import Position, Returned
 from lookahead.sampling import Sampling
 
