@@ -280,8 +280,17 @@ def answers_json(typed: Callable[P, Answer]) -> Callable[P, object]:
         answer = typed(*args, **kwargs)
         return map(as_json, answer) if stream else as_json(answer)
 
+    signature = inspect.signature(typed)
+    public.__signature__ = signature.replace(return_annotation=json_annotation(signature.return_annotation))
     public.typed = typed
     return public
+
+
+def json_annotation(typed: str) -> str:
+    """What a typed answer's annotation reads as JSON: a list of dicts for a list, a stream of dicts for a stream,
+    else a dict."""
+    outer = next((kind for kind in ("Iterator", "list") if typed.startswith(f"{kind}[")), None)
+    return "dict" if outer is None else f"{outer}[dict]"
 
 
 def last(answers: Iterable[Answer]) -> Answer:

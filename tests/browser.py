@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 import custom_llm_inference as cli
 from history import History
+from lookahead.outputs import as_json
 from ui.render import branch_label
 from ui.scripts import STORAGE_KEY
 
@@ -38,14 +39,15 @@ def expect_suggestions_for(page, text: str, messages: list[dict] | None = None, 
                            panel: str = "") -> dict:
     """Wait until the page shows the engine's suggestions for `text` (in chat mode, after `messages`), in the
     suggestions panel whose ids end in `panel` (the first: ""); return them."""
-    expected = cli.lookahead(text, 5, 3, session="browser-expectation", messages=messages, model_name=model_name)
+    expected = cli.lookahead.typed(text, 5, 3, session="browser-expectation", messages=messages,
+                                   model_name=model_name)
     expect(page.locator("#text textarea")).to_have_value(text)
-    for i, branch in enumerate(expected["branches"]):
-        expect(page.locator(f"#branch{panel}-{i}")).to_have_text(branch_label(branch, expected["lead"]))
+    for i, branch in enumerate(expected.branches):
+        expect(page.locator(f"#branch{panel}-{i}")).to_have_text(branch_label(branch, expected.lead))
     expect(page.locator(f"#branch{panel}-5")).to_be_hidden()
-    expect(page.locator(f"#status{panel}")).to_contain_text(f"{expected['context_tokens']:,} context tokens")
-    expect(page.locator(f"#status{panel}")).to_contain_text(expected["model"])
-    return expected
+    expect(page.locator(f"#status{panel}")).to_contain_text(f"{expected.context_tokens:,} context tokens")
+    expect(page.locator(f"#status{panel}")).to_contain_text(expected.model)
+    return as_json(expected)
 
 
 def stored_tree(page) -> History:

@@ -183,11 +183,11 @@ def test_presets_forcing_undo_redo_fork_and_export_import(page, tmp_path):
     page.locator("#preset").get_by_text("balanced").click()
     expect(page.locator("#temperature input[type=number]")).to_have_value("0.7")
     sampling, mode = cli.PRESETS["balanced"]
-    sampled = cli.lookahead(appended, 5, 3, **sampling.as_dict(), branch_mode=mode, seed=0, session="browser-b")
-    for i, branch in enumerate(sampled["branches"]):
-        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, sampled["lead"]))
+    sampled = cli.lookahead.typed(appended, 5, 3, sampling=sampling, branch_mode=mode, seed=0, session="browser-b")
+    for i, branch in enumerate(sampled.branches):
+        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, sampled.lead))
     expect(page.locator("#status")).to_contain_text("branches sample (seed 0)")
-    cut = [d for d in sampled["distribution"][:10] if not d["kept"]]
+    cut = [d for d in sampled.distribution[:10] if not d.kept]
     expect(page.locator("#plot .distribution")).to_contain_text("cut" if cut else "→")
     page.screenshot(path=SCREENSHOT.with_name("sampling.png"), full_page=True)
     page.locator("#preset").get_by_text("greedy").click()
@@ -337,10 +337,10 @@ def test_the_constrain_panel_makes_branches_the_plot_and_continue_obey(page):
         "el => { el.focus(); el.setSelectionRange(el.value.length, el.value.length); }")
     page.locator("#constrain").click()
     constraint = {"type": "choice", "value": ["yes", "no", "maybe"], "start": len(text)}
-    expected = cli.lookahead(text, 5, 3, session="browser-expectation", constraint=constraint)
-    for i, branch in enumerate(expected["branches"]):
-        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, expected["lead"]))
-    assert {b["text"] for b in expected["branches"]} <= {"yes", "no", "maybe"}
+    expected = cli.lookahead.typed(text, 5, 3, session="browser-expectation", constraint=constraint)
+    for i, branch in enumerate(expected.branches):
+        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, expected.lead))
+    assert {b.text for b in expected.branches} <= {"yes", "no", "maybe"}
     expect(page.locator("#status")).to_contain_text("constrained (choice)")
     expect(page.locator("#constraint-status")).to_contain_text(f"from character {len(text)}")
     expect(page.locator("#plot")).to_contain_text("✗")

@@ -7,6 +7,7 @@ from playwright.sync_api import expect, sync_playwright
 
 import custom_llm_inference as cli
 from browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOT, type_text  # skips without chromium
+from lookahead.outputs import as_json
 from ui.render import branch_label, first_word
 
 DRAFT = ("The old lighthouse keeper climbed the stairs and looked out over the sea.\n"
@@ -31,13 +32,13 @@ def page(request, app_url):
 def expect_suggestions_at(page, text: str, caret: int, messages: list[dict] | None = None) -> dict:
     """Wait until the page shows the engine's suggestions for `text` at `caret` (in chat mode, a reply after
     `messages`), fit included; return them."""
-    expected = cli.lookahead(text, 5, 3, session="browser-expectation", caret=caret, messages=messages)
+    expected = cli.lookahead.typed(text, 5, 3, session="browser-expectation", caret=caret, messages=messages)
     expect(page.locator("#text textarea")).to_have_value(text)
-    for i, branch in enumerate(expected["branches"]):
-        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, expected["lead"]))
+    for i, branch in enumerate(expected.branches):
+        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, expected.lead))
     expect(page.locator("#status")).to_contain_text(f"At the caret (character {caret})")
     expect(page.locator(".caret-marker")).to_contain_text(text[max(0, caret - 20):caret] + "▌" + text[caret:][:20])
-    return expected
+    return as_json(expected)
 
 
 def caret_of(page) -> int:
@@ -77,8 +78,8 @@ def test_the_caret_drives_the_suggestions_and_a_branch_goes_in_there(page):
     page.locator("#undo").click()
     expect(page.locator("#text textarea")).to_have_value(DRAFT)
     expect(page.locator("#status")).not_to_contain_text("At the caret")  # back at the end of the text
-    at_the_end = cli.lookahead(DRAFT, 5, 3, session="browser-expectation")
-    expect(page.locator("#branch-0")).to_have_text(branch_label(at_the_end["branches"][0], at_the_end["lead"]))
+    at_the_end = cli.lookahead.typed(DRAFT, 5, 3, session="browser-expectation")
+    expect(page.locator("#branch-0")).to_have_text(branch_label(at_the_end.branches[0], at_the_end.lead))
 
 
 def test_a_caret_inside_a_chat_reply(page):
