@@ -427,16 +427,16 @@ def test_a_click_updates_the_heatmap_by_its_new_tokens_alone(page):
     taken = text + shown["branches"][0]["text"]
     page.locator("#branch-0").click()
     expect_suggestions_for(page, taken)
-    tokens = cli.token_probabilities(taken, 5, session="heatmap-expectation")["tokens"]
+    tokens = cli.token_probabilities.typed(taken, 5, session="heatmap-expectation").tokens
     first = len(tokens) - HEATMAP_TOKENS
     expect(page.locator("#heatmap .tk").first).to_have_attribute("data-i", str(first))
     expect(page.locator("#heatmap .earlier")).to_have_text(f"… {first} earlier tokens … ")
     spans = page.evaluate("[...document.querySelectorAll('#heatmap .tk')].map(t => "
                           "[Number(t.dataset.i), t.className, t.textContent, t.dataset.probe ?? null])")
-    drawn = [i for i in range(first, len(tokens)) if tokens[i]["end"] > tokens[i]["start"]]
+    drawn = [i for i in range(first, len(tokens)) if tokens[i].end > tokens[i].start]
     assert [(i, c, t) for i, c, t, _ in spans] == [
-        (i, f"tk b{bucket(tokens[i], 'probability') if tokens[i]['prob'] is not None else 'u'}",
-         shown_text(taken[tokens[i]["start"] : tokens[i]["end"]]))
+        (i, f"tk b{bucket(tokens[i], 'probability') if tokens[i].prob is not None else 'u'}",
+         shown_text(taken[tokens[i].start : tokens[i].end]))
         for i in drawn]
     kept = [probe for *_, probe in spans if probe is not None]
     assert len(kept) >= len(spans) - len(shown["branches"][0]["token_ids"]) - 1, "the old spans stayed"

@@ -87,10 +87,10 @@ def test_the_heatmap_colours_the_text_by_where_the_two_models_part(app_url, brow
     expect(page.locator("#heatmap")).to_contain_text("part most")
     spans = page.locator("#heatmap-text .tk")
     expect(spans).to_have_count(len(compared["tokens"]))
-    from ui.heatmap import PARTING, bucket
+    from ui.heatmap import PARTING, SecondView, bucket
 
     for i, token in enumerate(compared["tokens"]):
-        index = bucket({"compared": {"js": token["js"]}}, PARTING)
+        index = bucket(None, PARTING, SecondView(None, token["js"], None, []))
         expect(spans.nth(i)).to_have_class(f"tk b{'u' if index is None else index}")
     most = max(compared["tokens"][1:], key=lambda t: t["js"])
     expect(page.locator("#disagreements div").first).to_contain_text(most["token"].strip())
@@ -121,6 +121,7 @@ def test_a_long_texts_heatmap_shows_its_progress_then_fills_in_by_itself(app_url
     click, the whole heatmap, as the engine scores the text."""
     from lookahead import reading
     from lookahead.backends.in_process import reader
+    from lookahead.outputs import ScoredToken
     from reference import next_logits
     from ui.heatmap import bucket
 
@@ -136,6 +137,7 @@ def test_a_long_texts_heatmap_shows_its_progress_then_fills_in_by_itself(app_url
     ids = tokenizer(text)["input_ids"]
     expect(page.locator("#heatmap-progress")).to_contain_text(f"of {len(ids):,} tokens")
     expect(page.locator("#heatmap-progress")).to_have_count(0)
-    last = {"prob": float(next_logits(model, ids[:-1]).float().softmax(-1)[ids[-1]])}  # one pass, no cache
+    prob = float(next_logits(model, ids[:-1]).float().softmax(-1)[ids[-1]])  # one pass, no cache
+    last = ScoredToken(ids[-1], "", 0, 0, prob, None, None, None, None)
     expect(page.locator("#heatmap-text .tk").last).to_have_class(f"tk b{bucket(last, 'probability')}")
     reader.stop()
