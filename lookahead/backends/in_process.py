@@ -37,6 +37,7 @@ from lookahead.context import Prompt, follow_ids, read_prompt, read_scored_text
 from lookahead.decoding import greedy_passes, lookahead_passes
 from lookahead.kv_cache import GrowableCache
 from lookahead.models import (
+    context_limit,
     converted,
     default_model_name,
     device,
@@ -312,7 +313,7 @@ def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unk
         (cache, reused, known_scores), kept = store.take_before(request.key, prompt.ids)
     context = torch.tensor([prompt.ids], device=model.device)
     generator = torch.Generator(device=model.device).manual_seed(request.seed)
-    follow = follow_ids(request, tokenizer, _context_limit(model) - len(prompt.ids) - request.depth)
+    follow = follow_ids(request, tokenizer, context_limit(model) - len(prompt.ids) - request.depth)
     try:
         result = get_lookahead_sequences(
             model, context, request.n_branches, request.depth, cache, prompt.allowed, request.sampling,
@@ -348,7 +349,7 @@ def _prompt(request: LookaheadRequest | DistributionRequest, model: PreTrainedMo
     forces, with `force`) or a distribution (room for one token)."""
     room = request.depth + MAX_LEAD_TOKENS if isinstance(request, LookaheadRequest) else 1
     vocab_size = model.config.get_text_config().vocab_size
-    return read_prompt(request, tokenizer, matchers, _context_limit(model), room, vocab_size, model.device, force)
+    return read_prompt(request, tokenizer, matchers, context_limit(model), room, vocab_size, model.device, force)
 
 
 class Unkept:
@@ -377,7 +378,7 @@ def _read_first(request: LookaheadRequest | DistributionRequest | ScoresRequest)
         return following
     scored = isinstance(request, ScoresRequest)
     if scored:
-        ids = read_scored_text(request, tokenizer, _context_limit(model)).ids
+        ids = read_scored_text(request, tokenizer, context_limit(model)).ids
     else:
         ids = _prompt(request, model, tokenizer, force=isinstance(request, LookaheadRequest)).ids
     return reader.plan(request.key, ids, request.model, model, scored or prefix_caches.scoring(request.key))
@@ -413,7 +414,7 @@ def _partial_scores(request: ScoresRequest, read: Read) -> dict:
     rows are taken once: the reader replaces them whole after each chunk, so they are whole chunks' rows, the
     same bits as the whole text's first rows once it is read."""
     model, tokenizer = load_model(request.model_name)
-    scored = read_scored_text(request, tokenizer, _context_limit(model))
+    scored = read_scored_text(request, tokenizer, context_limit(model))
     rows = read.rows
     if rows is None:  # queued behind other reads: nothing scored yet
         rows = unscored(torch.tensor(scored.ids[:0], dtype=torch.long))
@@ -434,7 +435,7 @@ def _comparison(request: CompareRequest) -> dict:
     (model_a, tokenizer), (model_b, tokenizer_b) = (load_model(name) for name in request.models)
     compared = None
     if read_alike((tokenizer, tokenizer_b), request):  # else the models cut the text into other tokens: per word
-        models, limit = (model_a, model_b), min(_context_limit(model_a), _context_limit(model_b))
+        models, limit = (model_a, model_b), min(context_limit(model_a), context_limit(model_b))
         scored = read_scored_text(asked[0][0], tokenizer, limit)
         key = (request.models, request.session)
         kept = compare_models(models, torch.tensor([scored.ids]), len(tokenizer), comparisons.pop(key))
@@ -462,10 +463,6 @@ def _spelled(tokenizer: PreTrainedTokenizerBase, token_id: int) -> str:
     return tokenizer.decode([token_id])
 
 
-def _context_limit(model: PreTrainedModel) -> int:
-    return int(model.config.get_text_config().max_position_embeddings)
-
-
 def _next_tokens(request: DistributionRequest) -> dict:
     """The distribution: the branches' pass with one branch of one token (the sampling shapes p_final only)."""
     one_token = LookaheadRequest(text=request.text, session=request.session, model_name=request.model_name,
@@ -476,7 +473,7 @@ def _next_tokens(request: DistributionRequest) -> dict:
 
 def _token_probabilities(request: ScoresRequest, stored_only: bool = False) -> dict | None:
     model, tokenizer = load_model(request.model_name)
-    scored = read_scored_text(request, tokenizer, _context_limit(model))
+    scored = read_scored_text(request, tokenizer, context_limit(model))
     key, ids = request.key, scored.ids
     rows, reused = prefix_caches.scores(key, ids), len(ids)
     if rows is None and stored_only:
@@ -569,8 +566,8 @@ def _generation(request: GenerateRequest) -> Iterator[dict]:
     ids, guide = matchers.context_and_guide(request.key, request.constraint, tokenizer, request.text, request.text,
                                             as_dicts(request.messages), stop_tokens(request.model), vocab_size,
                                             model.device)
-    max_new_tokens = min(request.max_new_tokens, _context_limit(model) - 1)  # keep a token of the text to continue
-    dropped = max(0, len(ids) - (_context_limit(model) - max_new_tokens))
+    max_new_tokens = min(request.max_new_tokens, context_limit(model) - 1)  # keep a token of the text to continue
+    dropped = max(0, len(ids) - (context_limit(model) - max_new_tokens))
     continuation = Continuation(tokenizer, request.method, request.model, dropped, request.stop)
     stops = eos_ids(model.generation_config)
     if request.method == "lookahead":
@@ -596,7 +593,7 @@ def _attribution(request: AttributionRequest) -> Iterator[dict]:
     places = text_token_places(encoding, text_start, len(text))
     cut, chars = (len(encoding["input_ids"]), len(text)) if request.at_token is None else places[request.at_token]
     all_ids, offsets, special = (encoding[k][:cut] for k in ("input_ids", "offset_mapping", "special_tokens_mask"))
-    dropped = max(0, len(all_ids) - min(request.window, _context_limit(model)))
+    dropped = max(0, len(all_ids) - min(request.window, context_limit(model)))
     ids = all_ids[dropped:]
     # interactive work first; a newer question of the session cancels this one
     job = scheduler.start(request.session, "attribution", request)
