@@ -2,14 +2,13 @@
 
 custom_llm_inference checks every argument and hands a typed request (lookahead/requests.py) to one of
 `InProcess`'s methods; the request then runs in the one `@spaces.GPU` entry point (`on_gpu`,
-lookahead/backends/zerogpu.py), which calls `answer`.
-Each session's KV cache, precomputed answers, constraint matchers and token listing are kept in this process
-(`prefix_caches`, `speculator`, `matchers`, `listings`).
+lookahead/backends/zerogpu.py), which calls `answer` with the backend's number.
+Each session's KV cache, precomputed answers, constraint matchers and token listing are kept by the backend that
+answered it, in this process (its `Stores`, lookahead/backends/in_process_stores.py).
 """
 
 from __future__ import annotations
 
-import atexit
 import functools
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -22,6 +21,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from lookahead import reading
 from lookahead.attribution import attribute_stepwise, passes
 from lookahead.backends.base import Capabilities
+from lookahead.backends.in_process_stores import Stores, Unkept, registered
 from lookahead.branches import Lead, Lookahead, get_lookahead_sequences
 from lookahead.chat import as_dicts, encode
 from lookahead.comparison import (
@@ -35,7 +35,6 @@ from lookahead.comparison import (
 from lookahead.constraints import MatcherStore
 from lookahead.context import Prompt, follow_ids, read_prompt, read_scored_text
 from lookahead.decoding import greedy_passes, lookahead_passes
-from lookahead.kv_cache import GrowableCache
 from lookahead.models import (
     context_limit,
     converted,
@@ -47,8 +46,8 @@ from lookahead.models import (
     on_zero_gpu,
     stop_tokens,
 )
-from lookahead.prefix_cache import PrefixCacheStore, Taken, common_prefix_length
-from lookahead.reading import Read, Reader
+from lookahead.prefix_cache import PrefixCacheStore
+from lookahead.reading import Read
 from lookahead.requests import (
     AttributionRequest,
     CompareRequest,
@@ -79,38 +78,20 @@ from lookahead.sampling import Sampling
 from lookahead.scheduler import Cancelled, scheduler
 from lookahead.scoring import extend_and_score, unscored
 from lookahead.sessions import SessionStore
-from lookahead.speculation import ScratchStore, Speculator
+from lookahead.speculation import ScratchStore
 
+# Where a lookahead's caches are taken from and put back: the session's, a precomputation's copy, or none.
+CacheStore = PrefixCacheStore | ScratchStore | Unkept
 CANCEL_POLL_SECONDS = 0.05  # how often a yielding call that waits for precomputation looks whether it was cancelled
 
-prefix_caches = PrefixCacheStore()
-speculator = Speculator(prefix_caches)
-reader = Reader(prefix_caches)
 
+class InProcess(Stores):
+    """The default backend: the model in this process (on ZeroGPU, in its GPU workers), sessions' caches kept in
+    its own stores.
 
-@atexit.register
-def _stop_background_work() -> None:
-    """Background reads and precomputation stop before the interpreter shuts down, their current pass ended: torch
-    aborts the process ("terminate called without an active exception") if a thread is in a forward then."""
-    reader.stop()
-    speculator.stop()
-
-matchers = MatcherStore()
-# The suggestions each model last gave each session, to precompute a click on either of two models' branches shown
-# side by side for the same text (`clicks_ahead`).
-last_shown: SessionStore[tuple[str, str], tuple[LookaheadRequest, dict]] = SessionStore(64)
-# Two models' caches for the same text, per session comparing: a comparison holds both, so fewer are kept than
-# single caches (the least recently used goes; a new comparison then reads its text afresh).
-COMPARISONS_KEPT = 4
-comparisons: SessionStore[tuple[tuple[str, str], str], Comparison] = SessionStore(COMPARISONS_KEPT)
-
-
-class InProcess:
-    """The default backend: the model in this process (on ZeroGPU, in its GPU workers), sessions' caches kept here.
-
-    `on_gpu(request)` runs a checked request where the model is (the one `@spaces.GPU` function,
-    lookahead/backends/zerogpu.py, which calls `answer`). Every call but a yielding one goes through `_serve`: it
-    pre-empts precomputation, and may find its answer ready.
+    `on_gpu(number, request)` runs a checked request where the model is (the one `@spaces.GPU` function,
+    lookahead/backends/zerogpu.py, which calls `answer`), against the stores of the backend numbered `number`. Every
+    call but a yielding one goes through `_serve`: it pre-empts precomputation, and may find its answer ready.
     """
 
     @property
@@ -121,7 +102,8 @@ class InProcess:
         return Capabilities(precomputation=local, partial_reads=local, cheap_fit=not local or device().type != "cpu",
                             attribution=True, prompt_scores=True, batching=False)
 
-    def __init__(self, on_gpu: Callable[[Request], Iterator[dict]]) -> None:
+    def __init__(self, on_gpu: Callable[[int, Request], Iterator[dict]]) -> None:
+        super().__init__()
         self.on_gpu = on_gpu
 
     def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
@@ -132,36 +114,37 @@ class InProcess:
             # interactive work runs. Cancelled, it stops at once, waiting or not.
             job = scheduler.start(request.session, "lookahead", request, request.model)
             try:
-                while not speculator.wait(CANCEL_POLL_SECONDS, request.key):
+                while not self.speculator.wait(CANCEL_POLL_SECONDS, request.key):
                     if job.cancelled:
                         raise Cancelled("the lookahead was cancelled")
                 with scheduler.sliced(job):
-                    return last(self.on_gpu(request))
+                    return last(self._on_gpu(request))
             finally:
                 scheduler.finish(job)
-        read = _read_first(request) if partial else None
+        read = _read_first(self, request) if partial else None
         with scheduler.interactive():
             if read is None:
                 result = last(self._serve(request))
             else:  # a long text: answered at once from its last tokens, while it is read (lookahead/reading.py)
-                result = last(self._serve(request, lambda: iter([_partial_lookahead(request, read)])))
+                result = last(self._serve(request, lambda: iter([_partial_lookahead(self, request, read)])))
         if precompute and read is None and not on_zero_gpu():
-            last_shown.put(request.key, (request, result))
-            speculator.start(clicks_ahead(request, result), lambda taken, scratch: _lookahead(taken, store=scratch))
+            self.last_shown.put(request.key, (request, result))
+            self.speculator.start(clicks_ahead(self.last_shown, request, result),
+                                  lambda taken, scratch: _lookahead(self, taken, store=scratch))
         return result
 
     def distribution(self, request: DistributionRequest) -> list[dict]:
-        _wait_for_read(request)
+        _wait_for_read(self, request)
         with scheduler.interactive():
             return last(self._serve(request))["distribution"]
 
     def scores(self, request: ScoresRequest) -> dict:
         # Scores the session already holds (the branches' pass scored the new tokens) need no model
         # work: answered here, without pre-empting the precomputation that pass started.
-        ready = _token_probabilities(request, stored_only=True)
+        ready = _token_probabilities(self, request, stored_only=True)
         if ready is not None:
             return ready
-        read = _read_first(request)
+        read = _read_first(self, request)
         if read is not None:  # a long text: the tokens its read has scored so far, at once (lookahead/reading.py)
             return _partial_scores(request, read)
         # The few tokens left (at most READ_IN_CALL_WINDOWS windows), as a long job rather than interactive work: a
@@ -197,38 +180,38 @@ class InProcess:
         model, _ = load_model(name)
         if not on_zero_gpu() and reading.FIRST_ANSWER_SECONDS > 0:
             yield "Timing how much of a long text this CPU reads in a second (once a start)…"
-            reader.window(name, model)
+            self.reader.window(name, model)
 
     def forget(self, session: str) -> None:
-        """Stop the session's long jobs and drop everything kept for it: its KV caches, token listings,
-        constraint matchers and comparisons.
+        """Stop the session's long jobs and drop everything kept for it (`Stores.forget`).
 
-        On ZeroGPU these live in the GPU workers, out of reach here; there they age out as any cache does.
+        On ZeroGPU the stores the requests used live in the GPU workers, out of reach here; there they age out as
+        any cache does.
         """
         scheduler.cancel(session)
-        reader.stop(session)  # a cancelled read stores what it read as it ends
-        prefix_caches.forget(session)
-        listings.forget(session)
-        matchers.forget(session)
-        comparisons.forget(session)
-        last_shown.forget(session)
+        super().forget(session)
 
     def _serve(self, request: Request, compute: Callable[[], Iterator[dict]] | None = None) -> Iterator[dict]:
         """`request`'s answers: a precomputed one if ready, else `compute`'s (by default the GPU entry point's)."""
-        ready = speculator.arrived(request.key, request)
+        ready = self.speculator.arrived(request.key, request)
         try:
-            result = speculator.claim(request.key, ready) if ready else None
+            result = self.speculator.claim(request.key, ready) if ready else None
             if result is not None:
                 yield result
             else:
-                yield from (compute or (lambda: self.on_gpu(request)))()
+                yield from (compute or (lambda: self._on_gpu(request)))()
         finally:
-            speculator.finished()
+            self.speculator.finished()
+
+    def _on_gpu(self, request: Request) -> Iterator[dict]:
+        """`request`'s answers from the GPU entry point, run against this backend's stores."""
+        return self.on_gpu(self.number, request)
 
 
-def clicks_ahead(request: LookaheadRequest, result: dict) -> list[tuple[tuple[str, str], LookaheadRequest]]:
+def clicks_ahead(last_shown: SessionStore[tuple[str, str], tuple[LookaheadRequest, dict]], request: LookaheadRequest,
+                 result: dict) -> list[tuple[tuple[str, str], LookaheadRequest]]:
     """The requests a click on a shown branch sends, keyed by the cache each reads: each branch taken, asked of this
-    model and of every other model whose suggestions the session was last shown for the same text (a second
+    model and of every other model whose suggestions the session was `last_shown` for the same text (a second
     model's panel refreshes after each click too), the likeliest branches of each first."""
     beside = [last_shown.get(key) for key in last_shown if key[1] == request.session and key != request.key]
     asked = [(request, result), *((other, answer) for other, answer in filter(None, beside)
@@ -240,21 +223,23 @@ def clicks_ahead(request: LookaheadRequest, result: dict) -> list[tuple[tuple[st
             for model, _ in asked]
 
 
-def answer(request: Request) -> Iterator[dict]:
-    """Run one checked request with the model in this process (inside the GPU entry point)."""
+def answer(backend: int, request: Request) -> Iterator[dict]:
+    """Run one checked request with the model in this process, against the stores of the backend numbered `backend`
+    (inside the GPU entry point)."""
+    stores = registered(backend)
     match request:
         case LookaheadRequest():
-            yield _lookahead(request)
+            yield _lookahead(stores, request)
         case DistributionRequest():
-            yield _next_tokens(request)
+            yield _next_tokens(stores, request)
         case ScoresRequest():
-            yield _token_probabilities(request)
+            yield _token_probabilities(stores, request)
         case GenerateRequest():
-            yield from _generation(request)
+            yield from _generation(stores, request)
         case AttributionRequest():
             yield from _attribution(request)
         case CompareRequest():
-            yield _comparison(request)
+            yield _comparison(stores, request)
         case _:
             raise TypeError(f"not a request: {request!r}")
 
@@ -296,13 +281,13 @@ class _Run(NamedTuple):
     forced: list[int]  # the last of them: the only tokens a constraint allowed after the text
 
 
-def _run(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unkept = prefix_caches,
-         window: int | None = None, force: bool = True) -> _Run:
+def _run(request: LookaheadRequest, store: CacheStore, matchers: MatcherStore, window: int | None = None,
+         force: bool = True) -> _Run:
     """Tokenize (healing trailing whitespace), reuse the session's cache from `store`, and compute the branches
     (from the text's last `window` tokens only, if given: a partial answer; after the tokens a constraint
     forces and those the model all but certainly writes, with `force`)."""
     model, tokenizer = load_model(request.model_name)
-    prompt = _prompt(request, model, tokenizer, force)
+    prompt = _prompt(request, model, tokenizer, matchers, force)
     partial = None
     if window is not None and len(prompt.ids) > window:
         partial = {"window_tokens": window, "context_tokens": len(prompt.ids)}
@@ -344,7 +329,7 @@ def _lead(model: PreTrainedModel) -> Lead:
 
 
 def _prompt(request: LookaheadRequest | DistributionRequest, model: PreTrainedModel,
-            tokenizer: PreTrainedTokenizerBase, force: bool) -> Prompt:
+            tokenizer: PreTrainedTokenizerBase, matchers: MatcherStore, force: bool) -> Prompt:
     """What the model reads for a lookahead (room for a lead and its branches; after the tokens a constraint
     forces, with `force`) or a distribution (room for one token)."""
     room = request.depth + MAX_LEAD_TOKENS if isinstance(request, LookaheadRequest) else 1
@@ -352,54 +337,41 @@ def _prompt(request: LookaheadRequest | DistributionRequest, model: PreTrainedMo
     return read_prompt(request, tokenizer, matchers, context_limit(model), room, vocab_size, model.device, force)
 
 
-class Unkept:
-    """A store that keeps nothing: a partial answer reads its window afresh and drops it (the session's cache
-    is the read's to fill)."""
-
-    def take(self, key: tuple[str, str], token_ids: list[int]) -> Taken:
-        return Taken(GrowableCache(), 0, None)
-
-    def take_before(self, key: tuple[str, str], token_ids: list[int]) -> tuple[Taken, None]:
-        return self.take(key, token_ids), None
-
-    def put(self, *args: object) -> None:
-        pass
-
-
-def _read_first(request: LookaheadRequest | DistributionRequest | ScoresRequest) -> Read | None:
+def _read_first(stores: Stores, request: LookaheadRequest | DistributionRequest | ScoresRequest) -> Read | None:
     """The background read that the request's text needs first (lookahead/reading.py), started if need be;
     None when the call reads what it needs itself. On ZeroGPU nothing runs after a call returns: a call reads
     its whole text."""
     if on_zero_gpu():
         return None
     model, tokenizer = load_model(request.model_name)
-    following = reader.following(request.key, request)
+    following = stores.reader.following(request.key, request)
     if following is not None:  # asked again while its read goes on: no need to tokenize the text again
         return following
     scored = isinstance(request, ScoresRequest)
     if scored:
         ids = read_scored_text(request, tokenizer, context_limit(model)).ids
     else:
-        ids = _prompt(request, model, tokenizer, force=isinstance(request, LookaheadRequest)).ids
-    return reader.plan(request.key, ids, request.model, model, scored or prefix_caches.scoring(request.key))
+        ids = _prompt(request, model, tokenizer, stores.matchers, force=isinstance(request, LookaheadRequest)).ids
+    return stores.reader.plan(request.key, ids, request.model, model,
+                              scored or stores.prefix_caches.scoring(request.key))
 
 
-def _wait_for_read(request: DistributionRequest) -> None:
+def _wait_for_read(stores: Stores, request: DistributionRequest) -> None:
     """Let a long text be read as a long job first, its slices yielding to everyone's clicks, rather than in
     one pass that holds them all up (a distribution has no partial answer)."""
-    read = _read_first(request)
+    read = _read_first(stores, request)
     if read is not None:
         read.finished.wait()
 
 
-def _partial_lookahead(request: LookaheadRequest, read: Read) -> dict:
+def _partial_lookahead(stores: Stores, request: LookaheadRequest, read: Read) -> dict:
     """The answer from the text's last tokens while `read` reads it all, and how far the read got.
     Asked again, the same answer (computed once) with the progress."""
     result = read.answers.get(request)
     if result is None:
         model, _ = load_model(request.model_name)
         start = time.perf_counter()
-        result = _lookahead(request, store=Unkept(), window=reader.window(request.model, model))
+        result = _lookahead(stores, request, store=Unkept(), window=stores.reader.window(request.model, model))
         result = {**result, "partial": {**result["partial"], "seconds": time.perf_counter() - start}}
         read.answers = {request: result}
     partial = {**result["partial"], "read_tokens": read.read_tokens}
@@ -425,21 +397,21 @@ def _partial_scores(request: ScoresRequest, read: Read) -> dict:
     return {**result, "partial": partial, "notice": notice}
 
 
-def _comparison(request: CompareRequest) -> dict:
+def _comparison(stores: Stores, request: CompareRequest) -> dict:
     """Both models on the text: each one's listing of its tokens, the divergence before each token and at the
     caret where they read the same token ids (else per word), and each one's suggestions at the caret."""
     asked = [model_requests(request, name) for name in request.models]
-    listings = tuple(_token_probabilities(scores)["tokens"] for scores, _, _ in asked)
-    distributions = [_next_tokens(next_tokens)["distribution"] for _, next_tokens, _ in asked]
-    branches = [_lookahead(branches)["branches"] if request.n_branches else [] for _, _, branches in asked]
+    listings = tuple(_token_probabilities(stores, scores)["tokens"] for scores, _, _ in asked)
+    distributions = [_next_tokens(stores, next_tokens)["distribution"] for _, next_tokens, _ in asked]
+    branches = [_lookahead(stores, branches)["branches"] if request.n_branches else [] for _, _, branches in asked]
     (model_a, tokenizer), (model_b, tokenizer_b) = (load_model(name) for name in request.models)
     compared = None
     if read_alike((tokenizer, tokenizer_b), request):  # else the models cut the text into other tokens: per word
         models, limit = (model_a, model_b), min(context_limit(model_a), context_limit(model_b))
         scored = read_scored_text(asked[0][0], tokenizer, limit)
         key = (request.models, request.session)
-        kept = compare_models(models, torch.tensor([scored.ids]), len(tokenizer), comparisons.pop(key))
-        comparisons.put(key, kept)
+        kept = compare_models(models, torch.tensor([scored.ids]), len(tokenizer), stores.comparisons.pop(key))
+        stores.comparisons.put(key, kept)
         js, tops = at_tokens(scored, len(request.whole), kept.js, kept.top, functools.partial(_spelled, tokenizer))
         compared = js, tops, _js_at_caret(request, kept, models, tokenizer, limit)
     return comparison_result(request, listings, distributions, branches, None, compared)
@@ -463,18 +435,20 @@ def _spelled(tokenizer: PreTrainedTokenizerBase, token_id: int) -> str:
     return tokenizer.decode([token_id])
 
 
-def _next_tokens(request: DistributionRequest) -> dict:
+def _next_tokens(stores: Stores, request: DistributionRequest) -> dict:
     """The distribution: the branches' pass with one branch of one token (the sampling shapes p_final only)."""
     one_token = LookaheadRequest(text=request.text, session=request.session, model_name=request.model_name,
                                  messages=request.messages, constraint=request.constraint, n_branches=1, depth=1,
                                  after=request.after, fit_tokens=0)
-    return {"distribution": _distribution(_run(one_token, force=False), request.sampling, request.k)}
+    run = _run(one_token, stores.prefix_caches, stores.matchers, force=False)
+    return {"distribution": _distribution(run, request.sampling, request.k)}
 
 
-def _token_probabilities(request: ScoresRequest, stored_only: bool = False) -> dict | None:
+def _token_probabilities(stores: Stores, request: ScoresRequest, stored_only: bool = False) -> dict | None:
     model, tokenizer = load_model(request.model_name)
     scored = read_scored_text(request, tokenizer, context_limit(model))
     key, ids = request.key, scored.ids
+    prefix_caches, listings = stores.prefix_caches, stores.listings
     rows, reused = prefix_caches.scores(key, ids), len(ids)
     if rows is None and stored_only:
         return None
@@ -495,44 +469,14 @@ def _token_probabilities(request: ScoresRequest, stored_only: bool = False) -> d
     return result
 
 
-class Listings:
-    """Each session's last token listing (the heatmap's), so that the next reuses the entries of the tokens
-    the two share: a click adds a few tokens to a long text, and building every entry afresh (~20k dicts at
-    3k tokens with 5 alternatives) cost ~10 ms of each click with the heatmap shown."""
-
-    def __init__(self, sessions: int = 64) -> None:
-        # key -> (the token ids listed, the tokens dropped before them, the alternatives per token, the entries)
-        self._last: SessionStore[tuple[str, str], tuple[list[int], int, int, list[dict]]] = SessionStore(sessions)
-
-    def earlier(self, key: tuple[str, str], ids: list[int], dropped: int, k: int) -> tuple[list[dict], int]:
-        """The last listing's entries and the leading positions it shares with `ids` (none if windowed otherwise)."""
-        last = self._last.get(key)
-        if last is None or last[1:3] != (dropped, k):
-            return [], 0
-        old = last[0]
-        shared = common_prefix_length(old, ids)
-        return last[3], shared
-
-    def clear(self) -> None:
-        self._last.clear()
-
-    def forget(self, session: str) -> None:
-        self._last.forget(session)
-
-    def keep(self, key: tuple[str, str], ids: list[int], dropped: int, k: int, entries: list[dict]) -> None:
-        self._last.put(key, (ids, dropped, k, entries))
-
-
-listings = Listings()
-
-
-def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore | Unkept = prefix_caches,
-               window: int | None = None, shown: int | None = None) -> dict:
+def _lookahead(stores: Stores, request: LookaheadRequest, store: CacheStore | None = None, window: int | None = None,
+               shown: int | None = None) -> dict:
     """The branches, each a real choice: they fork after the tokens the model all but certainly writes next (the
     tree reads those first: Lookahead.lead); where branches write the same text, more candidates are continued
-    until `shown` (default: the branches asked for) differ."""
+    until `shown` (default: the branches asked for) differ. Their caches are taken from and put back in `store`
+    (default: the session's, in `stores`)."""
     shown = shown or request.n_branches
-    run = _run(request, store, window)
+    run = _run(request, stores.prefix_caches if store is None else store, stores.matchers, window)
     sampling = request.sampling
     stops = eos_ids(load_model(request.model_name)[0].generation_config)
     listed = _distribution(run, sampling, max(DISTRIBUTION_ROWS, shown))
@@ -544,7 +488,7 @@ def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore
                               request.stop, fits)
     wider = more_candidates(request.n_branches, len(sequences), len(branches), shown)
     if wider is not None:
-        return _lookahead(replace(request, n_branches=wider), store, window, shown)
+        return _lookahead(stores, replace(request, n_branches=wider), store, window, shown)
     return {
         **run.info,
         "sampling": sampling.as_dict(),
@@ -557,15 +501,15 @@ def _lookahead(request: LookaheadRequest, store: PrefixCacheStore | ScratchStore
     }
 
 
-def _generation(request: GenerateRequest) -> Iterator[dict]:
+def _generation(stores: Stores, request: GenerateRequest) -> Iterator[dict]:
     """The growing continuation after every pass; stops at EOS, a stop string, `max_new_tokens` or `time_limit` seconds.
 
     In-process a continuation keeps no KV cache, so the session only keys the constraint's matchers."""
     model, tokenizer = load_model(request.model_name)
     vocab_size = model.config.get_text_config().vocab_size
-    ids, guide = matchers.context_and_guide(request.key, request.constraint, tokenizer, request.text, request.text,
-                                            as_dicts(request.messages), stop_tokens(request.model), vocab_size,
-                                            model.device)
+    ids, guide = stores.matchers.context_and_guide(request.key, request.constraint, tokenizer, request.text,
+                                                   request.text, as_dicts(request.messages), stop_tokens(request.model),
+                                                   vocab_size, model.device)
     max_new_tokens = min(request.max_new_tokens, context_limit(model) - 1)  # keep a token of the text to continue
     dropped = max(0, len(ids) - (context_limit(model) - max_new_tokens))
     continuation = Continuation(tokenizer, request.method, request.model, dropped, request.stop)
