@@ -54,8 +54,9 @@ class Stores:
 
     def forget(self, session: str) -> None:
         """Drop everything kept for `session`: its background read first (a cancelled read stores what it read as it
-        ends), then its entries in every store."""
+        ends) and its precomputation, then its entries in every store."""
         self.reader.stop(session)
+        self.speculator.forget(session)
         for store in (self.prefix_caches, self.listings, self.matchers, self.comparisons, self.last_shown):
             store.forget(session)
 
