@@ -34,7 +34,6 @@ from bench_long_text import text_of  # noqa: E402
 from bench_passes import memory_bandwidth_gb_s, weight_bytes  # noqa: E402
 
 import custom_llm_inference as cli  # noqa: E402
-from lookahead.backends.in_process import speculator  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
 
 
@@ -53,7 +52,7 @@ def click_at_end(text: str, session: str, precompute: bool = False) -> float:
     """Suggestions at the end of `text` (its cache held), then a click: the first branch appended and asked again
     (with `precompute`, once the branches' answers are ready, as after the writer read them)."""
     branch = cli.lookahead(text, session=session, precompute=precompute)["branches"][0]["text"]
-    speculator.wait()
+    cli.backend().speculator.wait()
     return timed(lambda: cli.lookahead(text + branch, session=session))[0]
 
 
@@ -61,7 +60,7 @@ def click_at_caret(text: str, caret: int, session: str, fit_tokens: int, precomp
     """Suggestions at `caret` (the whole text's cache held), then a click: the first branch inserted there and the
     suggestions after it (with `precompute`, once ready)."""
     shown = cli.lookahead(text, session=session, caret=caret, fit_tokens=fit_tokens, precompute=precompute)
-    speculator.wait()
+    cli.backend().speculator.wait()
     branch = shown["branches"][0]["text"]
     inserted = text[:caret] + branch + text[caret:]
     return timed(lambda: cli.lookahead(inserted, session=session, caret=caret + len(branch),

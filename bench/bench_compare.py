@@ -34,7 +34,6 @@ from bench_lookahead import corpus  # noqa: E402
 from bench_passes import memory_bandwidth_gb_s, weight_bytes  # noqa: E402
 
 import custom_llm_inference as cli  # noqa: E402
-from lookahead.backends.in_process import speculator  # noqa: E402
 from lookahead.models import EMBEDDED_MODEL, EMBEDDED_MODEL_BF16, embedded_model_dir, model_pass_costs  # noqa: E402
 from lookahead.scoring import SCORE_CHUNK  # noqa: E402
 
@@ -53,7 +52,7 @@ def click(text: str, models: list[str], session: str, precompute: bool) -> float
     precomputing, the background work given its time, as a writer reading gives it)."""
     shown = [cli.lookahead(text, N_BRANCHES, DEPTH, session=session, model_name=name, precompute=precompute)
              for name in models]
-    speculator.wait()
+    cli.backend().speculator.wait()
     taken = text + shown[0]["branches"][0]["text"]
     return timed(lambda: [cli.lookahead(taken, N_BRANCHES, DEPTH, session=session, model_name=name,
                                         precompute=precompute) for name in models])

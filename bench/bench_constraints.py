@@ -22,7 +22,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import custom_llm_inference as cli  # noqa: E402
-from lookahead.backends.in_process import matchers, prefix_caches  # noqa: E402
 from lookahead.constraints import check_constraint  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
 from lookahead.models import stop_tokens  # noqa: E402
@@ -57,7 +56,7 @@ def click_seconds(constraint: dict | None, repeats: int) -> float:
     constraint = None if constraint is None else {**constraint, "start": len(STORY)}
 
     def click() -> None:
-        prefix_caches.clear()  # each repeat from the same warm state: the text's cache, then the click
+        cli.backend().prefix_caches.clear()  # each repeat from the same warm state: the text's cache, then the click
         cli.lookahead(text, 5, 3, session=session, constraint=constraint)
         start = time.perf_counter()
         cli.lookahead(taken, 5, 3, session=session, constraint=constraint)
@@ -73,9 +72,9 @@ def mask_microseconds(constraint: dict, n: int = 200) -> tuple[float, float]:
     """One mask and one advance of a guide just after the constraint's start (its busiest state: many tokens valid)."""
     model, tokenizer = cli.load_model()
     checked = check_constraint({**constraint, "start": None}, "Log:")
-    _, guide = matchers.context_and_guide((cli.default_model_name(), "bench mask"), checked, tokenizer, "Log:", "Log:",
-                                          None, stop_tokens(None), model.config.get_text_config().vocab_size,
-                                          model.device)
+    _, guide = cli.backend().matchers.context_and_guide(
+        (cli.default_model_name(), "bench mask"), checked, tokenizer, "Log:", "Log:", None, stop_tokens(None),
+        model.config.get_text_config().vocab_size, model.device)
     start = time.perf_counter()
     for _ in range(n):
         valid = guide.valid()

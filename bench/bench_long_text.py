@@ -27,7 +27,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import custom_llm_inference as cli  # noqa: E402
 from lookahead import reading  # noqa: E402
-from lookahead.backends.in_process import reader  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
 
 PASSAGE = (
@@ -91,7 +90,7 @@ def main() -> None:
     model, tokenizer = cli.load_model()
     cli.lookahead("Warm-up.", session="warm-up")
     print(f"{cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {platform.python_version()};"
-          f" a first answer reads {reader.window(cli.default_model_name(), model)} tokens "
+          f" a first answer reads {cli.backend().reader.window(cli.default_model_name(), model)} tokens "
           f"(LOOKAHEAD_FIRST_ANSWER_SECONDS={reading.FIRST_ANSWER_SECONDS:g})")
     print("| tokens | first answer s | partial: from tokens | exact answer s | one call reading it whole s | "
           "exact ÷ whole |")

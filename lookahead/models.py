@@ -246,3 +246,8 @@ def eos_ids(generation_config: GenerationConfig) -> set[int]:
 def stop_tokens(model_name: str | None) -> tuple[int, ...]:
     """The model's end-of-sequence tokens, sorted (what ends a branch or a continuation, and a constraint)."""
     return tuple(sorted(eos_ids(load_generation_config(model_name))))
+
+
+def context_limit(model: PreTrainedModel) -> int:
+    """How many tokens the model reads at most (its position embeddings'): what a text is windowed to."""
+    return int(model.config.get_text_config().max_position_embeddings)

@@ -94,6 +94,10 @@ class _Job(NamedTuple):
     def keys(self) -> set[Hashable]:
         return {key for key, _ in self.requests}
 
+    @property
+    def sessions(self) -> set[str]:
+        return {session for _, session in self.keys}
+
 
 class Speculator:
     """Ready answers per session, and the one background job that computes them."""
@@ -212,6 +216,16 @@ class Speculator:
             self._arrivals += 1
             self._idle.notify_all()
         self.wait()
+
+    def forget(self, session: str) -> None:
+        """Drop the session's ready answers and stop its job, waiting or under way (the one under way at its next
+        module call, publishing nothing): a session that makes no further call would never claim them."""
+        with self._lock:
+            self._ready = {key: answers for key, answers in self._ready.items() if key[1] != session}
+            if any(job is not None and session in job.sessions for job in (self._pending, self._current)):
+                self._pending = None
+                self._arrivals += 1
+                self._idle.notify_all()
 
     def clear(self) -> None:
         self.wait()

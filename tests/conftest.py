@@ -30,7 +30,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config  # noqa: E402
 
 import custom_llm_inference as cli  # noqa: E402
-from lookahead.backends.in_process import listings, matchers, prefix_caches, reader, speculator  # noqa: E402
+from lookahead.backends.in_process import InProcess  # noqa: E402
 
 TINY_CONTEXT = 64  # small, so tests can overflow the context cheaply
 
@@ -81,15 +81,21 @@ def app_url(embedded, tiny_model_dirs) -> str:
     demo.close()
 
 
+def clear_in_process_caches(stop_reads: bool = False) -> None:
+    """Empty the caches of the in-process backend answering the public functions (none while another answers)."""
+    backend = cli.backend()
+    if not isinstance(backend, InProcess):
+        return
+    if stop_reads:
+        backend.reader.stop()  # a long text still being read would store it after the clear
+    backend.speculator.clear()
+    backend.prefix_caches.clear()
+    backend.matchers.clear()
+    backend.listings.clear()
+
+
 @pytest.fixture(autouse=True)
 def fresh_prefix_caches():
-    speculator.clear()
-    prefix_caches.clear()
-    matchers.clear()
-    listings.clear()
+    clear_in_process_caches()
     yield
-    reader.stop()  # a long text still being read would store it after the clear
-    speculator.clear()
-    prefix_caches.clear()
-    matchers.clear()
-    listings.clear()
+    clear_in_process_caches(stop_reads=True)

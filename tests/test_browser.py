@@ -18,7 +18,6 @@ from browser import (  # skips without chromium
 )
 from history import History
 from lookahead import reading
-from lookahead.backends.in_process import reader
 from lookahead.scheduler import scheduler
 from ui.heatmap import HEATMAP_TOKENS, bucket, shown_text
 from ui.render import branch_label, percent, visible
@@ -479,7 +478,7 @@ def test_a_long_paste_answers_at_once_labelled_partial_then_exactly(page, monkey
     """A text too long to read at once: the first suggestions come from its last tokens, labelled, while it is
     read; the page asks again by itself and shows the exact ones when the read ends."""
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
-    monkeypatch.setitem(reader._windows, cli.default_model_name(), 128)
+    monkeypatch.setitem(cli.backend().reader._windows, cli.default_model_name(), 128)
     text = "".join(f"{i}. The keeper climbed the stairs to the lamp and counted the ships on the sea. "
                    for i in range(60))  # ~1.4k tokens
     type_text(page, text)

@@ -120,12 +120,12 @@ def test_a_long_texts_heatmap_shows_its_progress_then_fills_in_by_itself(app_url
     """A long paste with the heatmap on: its first tokens coloured with the progress under them, then, with no
     click, the whole heatmap, as the engine scores the text."""
     from lookahead import reading
-    from lookahead.backends.in_process import reader
     from lookahead.outputs import ScoredToken
     from reference import next_logits
     from ui.heatmap import bucket
 
     url, _ = app_url
+    reader = cli.backend().reader
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)  # partial answers on, with a small window
     monkeypatch.setitem(reader._windows, cli.default_model_name(), 96)
     text = " ".join(f"{i}. The keeper lit the lamp and watched the ships pass the rocks." for i in range(60))

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import custom_llm_inference as cli
-from lookahead.backends.in_process import prefix_caches
 from lookahead.scheduler import scheduler
 from reference import assert_matches_reference, reference_lookahead
 from test_chat import CONVERSATION, transformers_ids
@@ -135,7 +134,7 @@ def test_at_a_caret_the_tokens_all_but_certain_lead_every_branch_beside_the_text
 
 def held(session: str) -> tuple[int, ...]:
     """The token ids the session's cache holds."""
-    entry = prefix_caches.copy((cli.default_model_name(), session))
+    entry = cli.backend().prefix_caches.copy((cli.default_model_name(), session))
     return entry.ids if entry else ()
 
 
@@ -325,8 +324,7 @@ def test_a_branch_taken_at_a_caret_is_answered_from_the_precomputed_result_exact
     """While the writer reads the suggestions at a caret, each branch's insertion is computed on a copy of the whole
     text's cache; the click gets exactly what it computes afresh, and the cache still holds the whole text. The
     page's second ask, for the fit, waits for that and leaves the ready answers in place."""
-    from lookahead.backends.in_process import speculator
-
+    speculator = cli.backend().speculator
     _, tokenizer = embedded
     caret = CARETS["word end"]
     cli.lookahead(DRAFT, session="ahead")
@@ -352,8 +350,7 @@ def test_a_branch_taken_at_a_caret_is_answered_from_the_precomputed_result_exact
 
 
 def test_a_yielding_call_waiting_for_precomputation_stops_at_once_when_cancelled(monkeypatch):
-    from lookahead.backends.in_process import speculator
-
+    speculator = cli.backend().speculator
     monkeypatch.setattr(speculator, "wait", lambda timeout=None, key=None: False)  # precomputation that never ends
     outcome = []
 

@@ -15,7 +15,6 @@ import torch
 
 import custom_llm_inference as cli
 from lookahead import constraints
-from lookahead.backends.in_process import matchers
 from lookahead.constraints import check_constraint
 from lookahead.healing import token_texts
 from lookahead.models import stop_tokens
@@ -33,9 +32,9 @@ def guide_after(text: str, constraint: dict, model_name: str | None, session: st
     """The constraint's state after `text`, as the engine keeps it for the session."""
     model, tokenizer = cli.load_model(model_name)
     name = model_name or cli.default_model_name()
-    _, guide = matchers.context_and_guide((name, session), check_constraint(constraint, text), tokenizer, text, text,
-                                          None, stop_tokens(name), model.config.get_text_config().vocab_size,
-                                          model.device)
+    _, guide = cli.backend().matchers.context_and_guide(
+        (name, session), check_constraint(constraint, text), tokenizer, text, text, None, stop_tokens(name),
+        model.config.get_text_config().vocab_size, model.device)
     return guide
 
 def choice_pattern(options: list[str]) -> str:

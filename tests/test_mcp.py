@@ -15,7 +15,6 @@ import pytest
 
 import custom_llm_inference as cli
 from api_client import Client
-from lookahead.backends.in_process import matchers, prefix_caches
 from lookahead.sampling import knobs
 from mcp_client import answer, call, list_tools
 
@@ -134,6 +133,7 @@ def test_an_mcp_call_gets_json_and_leaves_no_session_behind(embedded):
 
     mcp_caller = SimpleNamespace(headers={"x-gradio-user": "mcp"}, session_hash="the-mcp-servers-one-session")
     browser = SimpleNamespace(headers={}, session_hash="a-writer")
+    prefix_caches, matchers = cli.backend().prefix_caches, cli.backend().matchers
     constraint = {"type": "choice", "value": ["yes", "no"], "start": None}
     text = "Is the sea blue? Answer: "
     as_json = app.api_lookahead(text, 2, 2, constraint=constraint, request=mcp_caller)
@@ -156,11 +156,10 @@ def test_mcp_json_is_strict_json():
 def test_an_mcp_call_reads_a_long_text_whole_since_its_session_ends_with_it(embedded, monkeypatch):
     """A partial answer is followed by asking again in the same session; an MCP call's session ends with the call."""
     from lookahead import reading
-    from lookahead.backends.in_process import reader
     from ui import endpoints as app
 
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
-    monkeypatch.setitem(reader._windows, cli.default_model_name(), 128)
+    monkeypatch.setitem(cli.backend().reader._windows, cli.default_model_name(), 128)
     text = "".join(f"{i}. The keeper wrote the names of the ships in his book. " for i in range(60))  # ~900 tokens
     mcp_caller = SimpleNamespace(headers={"x-gradio-user": "mcp"}, session_hash="the-mcp-servers-one-session")
     assert json.loads(app.api_lookahead(text, 2, 2, request=mcp_caller))["partial"] is None

@@ -18,7 +18,6 @@ import torch
 
 import custom_llm_inference as cli
 from lookahead import reading
-from lookahead.backends.in_process import prefix_caches, reader
 from lookahead.scheduler import scheduler
 from reference import assert_matches_reference, reference_lookahead, reference_scores
 from threads import SECONDS, run_threads, until
@@ -33,6 +32,8 @@ TEXT = ("The lighthouse keeper counted the ships that passed the rocks at night,
 @pytest.fixture
 def partial_answers(monkeypatch, embedded):
     """Partial answers on, with a fixed window and small chunks; every session's cache and read dropped after."""
+    prefix_caches = cli.backend().prefix_caches
+    reader = cli.backend().reader
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
     monkeypatch.setattr(reading, "READ_CHUNK_TOKENS", CHUNK)
     monkeypatch.setitem(reader._windows, cli.default_model_name(), WINDOW)
@@ -59,6 +60,7 @@ def until_read(read, tokens: int) -> None:
 
 def read_all(text: str, session: str, **kwargs) -> tuple[dict, dict]:
     """The first (partial) answer, then the exact one once the read has ended."""
+    reader = cli.backend().reader
     first = cli.lookahead(text, session=session, **kwargs)
     reader.wait(session)
     return first, cli.lookahead(text, session=session, **kwargs)
@@ -84,6 +86,7 @@ def test_a_long_text_answers_from_its_last_tokens_then_exactly_both_as_transform
 def test_asked_again_while_it_is_read_the_answer_says_how_far_it_got_and_the_read_never_starts_over(
     partial_answers, embedded
 ):
+    reader = cli.backend().reader
     first = cli.lookahead(TEXT, session="A")
     read = reader._reads[key("A")]
     seen = [first["partial"]["read_tokens"]]
@@ -103,6 +106,7 @@ def test_asked_again_while_it_is_read_the_answer_says_how_far_it_got_and_the_rea
 def test_a_read_yields_to_another_sessions_click_and_an_edit_before_its_end_cancels_it_keeping_its_chunks(
     partial_answers, embedded
 ):
+    reader = cli.backend().reader
     _, tokenizer = embedded
     text = TEXT * 3  # ~2k tokens: long enough to be under way while another session clicks
     cli.lookahead(text, session="A")
@@ -135,6 +139,7 @@ def test_a_read_yields_to_another_sessions_click_and_an_edit_before_its_end_canc
 def test_one_sessions_reads_on_two_models_both_run_to_their_end(partial_answers, embedded, monkeypatch):
     """Compared side by side, two models read the session's text each (in their own tokens): the second read waits
     for the first instead of cancelling it, and both are read whole."""
+    reader = cli.backend().reader
     model, tokenizer = embedded
     texts = {"model A": TEXT * 2, "model B": TEXT.upper() * 2}  # as two tokenizers would split one text
     reads = {}
@@ -147,6 +152,7 @@ def test_one_sessions_reads_on_two_models_both_run_to_their_end(partial_answers,
         assert read.read_tokens == len(read.ids)
 
 def test_a_text_read_with_interruptions_gives_the_same_bits_as_read_without(partial_answers, embedded):
+    reader = cli.backend().reader
     _, whole = read_all(TEXT, "A")
     cli.lookahead(TEXT, session="B")
     read = reader._reads[key("B")]
@@ -193,6 +199,8 @@ def test_a_long_texts_heatmap_answers_at_once_with_the_tokens_read_so_far_then_f
 
 
 def test_the_tokens_listed_while_a_text_is_read_are_a_whole_reads_bits(partial_answers, embedded):
+    prefix_caches = cli.backend().prefix_caches
+    reader = cli.backend().reader
     _, tokenizer = embedded
     text = TEXT * 2
     ids = ids_of(text, tokenizer)
@@ -215,6 +223,7 @@ def test_the_tokens_listed_while_a_text_is_read_are_a_whole_reads_bits(partial_a
 def test_asked_while_a_text_without_scores_is_read_the_heatmap_reads_it_again_scoring_each_token(
     partial_answers, embedded
 ):
+    reader = cli.backend().reader
     model, tokenizer = embedded
     cli.lookahead(TEXT, session="A")
     unscored = reader._reads[key("A")]
@@ -262,6 +271,8 @@ def test_the_page_shows_a_long_texts_first_tokens_and_the_progress_then_fills_in
 
 
 def test_forgetting_a_session_stops_its_read_and_keeps_nothing(partial_answers, embedded):
+    prefix_caches = cli.backend().prefix_caches
+    reader = cli.backend().reader
     cli.lookahead(TEXT * 3, session="A")
     read = reader._reads[key("A")]
     cli.end_session("A")
@@ -276,6 +287,7 @@ def test_stress_reads_clicks_edits_and_departures_of_several_sessions_answer_as_
 ):
     """Sessions paste, click, edit and leave at once: no exception, no deadlock, and every exact answer equals
     what a session that reads the text whole gives."""
+    reader = cli.backend().reader
     texts = [TEXT[: 500 * (i + 1)] for i in range(5)]
     answers: list[tuple[str, dict]] = []
 
@@ -313,6 +325,7 @@ def test_stress_heatmaps_of_several_sessions_read_edited_and_left_at_once_list_w
     """Sessions ask for the heatmaps of long texts, their suggestions, Stop and leave at once, while the texts
     are read: no exception, no deadlock, and every answer, partial or whole, lists the tokens a fresh session
     that scores the text whole lists, in the same order."""
+    reader = cli.backend().reader
     texts = [TEXT[: 700 * (i + 1)] for i in range(3)]
     answers: list[tuple[str, dict]] = []
 
@@ -346,6 +359,7 @@ def test_stress_heatmaps_of_several_sessions_read_edited_and_left_at_once_list_w
 
 
 def test_reads_take_turns_so_a_short_text_pasted_after_a_long_one_is_read_first(partial_answers, embedded):
+    reader = cli.backend().reader
     cli.lookahead(TEXT * 4, session="A")
     long = reader._reads[key("A")]
     cli.lookahead(TEXT, session="B")

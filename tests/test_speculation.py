@@ -8,7 +8,6 @@ import torch
 
 import custom_llm_inference as cli
 from fakes import Guess, fake_entry
-from lookahead.backends.in_process import speculator
 from lookahead.constraints import Constraint, check_constraint
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.requests import REQUEST_TYPES
@@ -20,6 +19,7 @@ TEXT = "Once upon a time, in a village by the sea, there lived"
 
 
 def test_taking_a_shown_branch_is_answered_from_the_precomputed_result_exactly(model_name):
+    speculator = cli.backend().speculator
     model, tokenizer = cli.load_model(model_name)
     k, depth = 3, 3
     shown = cli.lookahead(TEXT, k, depth, session="plain", model_name=model_name)
@@ -42,6 +42,7 @@ def test_taking_a_shown_branch_is_answered_from_the_precomputed_result_exactly(m
 
 
 def test_with_two_models_shown_a_click_on_either_ones_branch_is_precomputed_for_both(embedded, tiny_model_dirs):
+    speculator = cli.backend().speculator
     models = [cli.default_model_name(), tiny_model_dirs["llama"]]
     shown = [cli.lookahead(TEXT, 2, 2, session="two", model_name=name, precompute=True) for name in models]
     speculator.wait()
@@ -55,6 +56,7 @@ def test_with_two_models_shown_a_click_on_either_ones_branch_is_precomputed_for_
 
 
 def test_other_settings_or_an_edit_are_computed_afresh(embedded):
+    speculator = cli.backend().speculator
     cli.lookahead(TEXT, 3, 3, session="s", precompute=True)
     speculator.wait()
     served = speculator.served
@@ -101,6 +103,7 @@ def test_no_job_starts_while_a_real_request_is_running():
 
 
 def test_a_session_showing_the_heatmap_is_precomputed_exactly_too(embedded):
+    speculator = cli.backend().speculator
     for session in ("heat ahead", "heat fresh"):
         cli.token_probabilities(TEXT, 5, session=session)
     shown = cli.lookahead(TEXT, 3, 3, session="heat ahead", precompute=True)

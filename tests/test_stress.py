@@ -18,7 +18,6 @@ from transformers import DynamicCache
 
 import custom_llm_inference as cli
 from fakes import Guess, fake_entry
-from lookahead.backends.in_process import listings, matchers, speculator
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.speculation import Speculator
 from reference import assert_matches_reference, ranks_agree, reference_lookahead
@@ -179,7 +178,7 @@ def test_lookaheads_with_precomputation_from_several_threads_equal_the_reference
             text += shown["branches"][rng.randrange(k)]["text"]
 
     run_threads([writer, writer, writer], seed=7)
-    assert speculator.wait(JOIN_SECONDS)
+    assert cli.backend().speculator.wait(JOIN_SECONDS)
     assert len(answers) == 3 * clicks
     for text, answer in answers:
         assert_matches_reference(answer, reference_lookahead(model, tokenizer, text, k, depth), k)
@@ -204,10 +203,10 @@ def test_constrained_lookaheads_from_several_threads_equal_the_same_calls_made_a
             text = text + branch["text"] if not branch["ends"] else "Person:{"
 
     run_threads([writer, writer, writer], seed=11)
-    assert speculator.wait(JOIN_SECONDS)
+    assert cli.backend().speculator.wait(JOIN_SECONDS)
     assert answers
     for text, answer in answers:
-        matchers.clear()
+        cli.backend().matchers.clear()
         alone = cli.lookahead(text, 3, 2, session="alone", constraint=constraint)
         assert [b["token_ids"] for b in answer["branches"]] == [b["token_ids"] for b in alone["branches"]], text
         assert [d["valid"] for d in answer["distribution"]] == [d["valid"] for d in alone["distribution"]]
@@ -233,10 +232,10 @@ def test_heatmap_listings_from_several_threads_equal_the_same_calls_made_alone(e
             text += shown["branches"][rng.randrange(len(shown["branches"]))]["text"]
 
     run_threads([writer, writer, writer], seed=12)
-    assert speculator.wait(JOIN_SECONDS)
+    assert cli.backend().speculator.wait(JOIN_SECONDS)
     assert answers
     for text, answer in answers:
-        listings.clear()
+        cli.backend().listings.clear()
         alone = cli.token_probabilities(text, 3, session="alone")
         assert [(t["token_id"], t["start"], t["end"]) for t in answer["tokens"]] == [
             (t["token_id"], t["start"], t["end"]) for t in alone["tokens"]], text

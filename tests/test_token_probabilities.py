@@ -10,7 +10,6 @@ import pytest
 
 import custom_llm_inference as cli
 from lookahead import scoring
-from lookahead.backends.in_process import prefix_caches
 from lookahead.scheduler import Cancelled, Job, scheduler
 from reference import assert_matches_reference, ranks_agree, reference_lookahead, reference_scores
 from threads import JOIN_SECONDS, SECONDS, run_threads, until
@@ -81,7 +80,7 @@ def test_only_new_tokens_are_scored_after_an_edit_a_click_or_a_keystroke(model_n
 def test_a_listing_reuses_the_last_ones_entries_only_where_its_context_is_the_same(embedded):
     """The session's last listing lends its entries to the next (a click's few new tokens): never across a
     changed conversation, another k, or a changed token."""
-    from lookahead.backends.in_process import listings
+    listings = cli.backend().listings
 
     def fresh(text, k, messages=None):
         listings.clear()
@@ -133,7 +132,7 @@ def scoring_job(session: str, thread: threading.Thread) -> Job:
 
 def assert_stored_whole(session: str, model_name: str) -> None:
     """The session's cache and scores, if any, cover the same tokens: nothing of a cut pass kept."""
-    entry = prefix_caches._entries.get((model_name, session))
+    entry = cli.backend().prefix_caches._entries.get((model_name, session))
     if entry is not None:
         assert [layer.get_seq_length() for layer in entry.cache.layers] == [len(entry.ids)] * len(entry.cache.layers)
         assert entry.scores is None or len(entry.scores) <= len(entry.ids)
@@ -144,6 +143,7 @@ def test_scoring_many_new_tokens_stops_within_a_slice_when_cancelled_or_asked_so
     """The tokens an insertion leaves to score are scored as a long job: Stop (cancel) or the session's newer
     request stops it at its next slice, and the session keeps its cache as it was before."""
     model, tokenizer = embedded
+    prefix_caches = cli.backend().prefix_caches
     name, start = cli.default_model_name(), TEXTS[0]
     cli.token_probabilities(start, 3, session="A")
     held = prefix_caches._entries.get((name, "A")).ids

@@ -58,23 +58,25 @@ def gpu_seconds(request: Request) -> int:
     return INTERACTION_GPU_SECONDS
 
 
-def call_gpu_seconds(request: Request, call: int | None = None) -> int:
+def call_gpu_seconds(backend: int, request: Request, call: int | None = None) -> int:
     """`gpu_seconds`, called as spaces calls a duration: with the GPU function's arguments."""
     return gpu_seconds(request)
 
 
 @spaces.GPU(duration=call_gpu_seconds)
-def on_gpu(request: Request, call: int | None = None) -> Iterator[object]:
-    """Run one checked request; everything that touches the model runs here (`answer` dispatches on its type).
+def on_gpu(backend: int, request: Request, call: int | None = None) -> Iterator[object]:
+    """Run one checked request against the stores of the in-process backend numbered `backend`; everything that
+    touches the model runs here (`answer` dispatches on its type).
 
     One entry point, a generator (Continue streams): spaces keeps one worker pool per
     decorated function, so every endpoint's calls land in the same workers and share
-    their session caches. Off ZeroGPU the decorator changes nothing.
+    their session caches. Off ZeroGPU the decorator changes nothing. On ZeroGPU the arguments are pickled into a
+    worker forked from this process: a backend's number crosses, and the worker finds the stores it forked with.
     With `call` (a long job's number in cancel_channel), every module call first looks whether the app's process
     cancelled it, and raises `Cancelled` if so.
     """
     if call is None:
-        yield from answer(request)
+        yield from answer(backend, request)
         return
 
     def check() -> None:
@@ -82,15 +84,16 @@ def on_gpu(request: Request, call: int | None = None) -> Iterator[object]:
             raise Cancelled(f"the {LONG_JOBS[type(request)]} was cancelled")
 
     with before_every_module_call(check):
-        yield from answer(request)
+        yield from answer(backend, request)
 
 
-def run_on_gpu(request: Request) -> Iterator[object]:
-    """`on_gpu(request)`'s answers. On ZeroGPU a long job runs in a GPU worker, out of this process's reach: it is
-    started in this process's scheduler as well, where a cancel finds it, and the cancel is passed on to the worker."""
+def run_on_gpu(backend: int, request: Request) -> Iterator[object]:
+    """`on_gpu(backend, request)`'s answers. On ZeroGPU a long job runs in a GPU worker, out of this process's reach:
+    it is started in this process's scheduler as well, where a cancel finds it, and the cancel is passed on to the
+    worker."""
     kind = LONG_JOBS.get(type(request))
     if kind is None or not on_zero_gpu():
-        yield from on_gpu(request)
+        yield from on_gpu(backend, request)
         return
     job = scheduler.start(request.session, kind, request)  # a newer question of the session cancels the one before
     if job.cancelled:  # its session cancelled that kind after the question was asked: it asks for no GPU
@@ -100,7 +103,7 @@ def run_on_gpu(request: Request) -> Iterator[object]:
     ended = threading.Event()
     threading.Thread(target=pass_on_cancel, args=(job, call, ended), daemon=True).start()
     try:
-        yield from on_gpu(request, call)
+        yield from on_gpu(backend, request, call)
     except Exception as error:  # the worker's Cancelled arrives as spaces' "ZeroGPU worker error"
         if job.cancelled:
             raise Cancelled(f"the {kind} was cancelled") from error

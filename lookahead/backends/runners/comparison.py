@@ -1,0 +1,63 @@
+"""Two models on one text (lookahead/comparison.py): each one's listing, distribution and branches, and the
+divergence between them, both models' caches of the text kept per session."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from lookahead.backends.in_process_stores import Stores
+from lookahead.backends.runners.branches import run_distribution, run_lookahead
+from lookahead.backends.runners.scores import run_scores
+from lookahead.comparison import (
+    Comparison,
+    at_tokens,
+    compare_models,
+    comparison_result,
+    model_requests,
+    read_alike,
+)
+from lookahead.context import read_scored_text
+from lookahead.models import context_limit, load_model
+from lookahead.outputs import ModelComparison
+from lookahead.requests import CompareRequest, ScoresRequest
+
+
+def run_comparison(stores: Stores, request: CompareRequest) -> ModelComparison:
+    """Both models on the text: each one's listing of its tokens, the divergence before each token and at the
+    caret where they read the same token ids (else per word), and each one's suggestions at the caret."""
+    asked = [model_requests(request, name) for name in request.models]
+    listings = tuple(run_scores(stores, scores).tokens for scores, _, _ in asked)
+    distributions = [run_distribution(stores, next_tokens) for _, next_tokens, _ in asked]
+    branches = [run_lookahead(stores, branches).branches if request.n_branches else [] for _, _, branches in asked]
+    (model_a, tokenizer), (model_b, tokenizer_b) = (load_model(name) for name in request.models)
+    compared = None
+    if read_alike((tokenizer, tokenizer_b), request):  # else the models cut the text into other tokens: per word
+        models, limit = (model_a, model_b), min(context_limit(model_a), context_limit(model_b))
+        scored = read_scored_text(asked[0][0], tokenizer, limit)
+        key = (request.models, request.session)
+        kept = compare_models(models, torch.tensor([scored.ids]), len(tokenizer), stores.comparisons.pop(key))
+        stores.comparisons.put(key, kept)
+        js, tops = at_tokens(scored, len(request.whole), kept.js, kept.top, functools.partial(_spelled, tokenizer))
+        compared = js, tops, _js_at_caret(request, kept, models, tokenizer, limit)
+    return comparison_result(request, listings, distributions, branches, None, compared)
+
+
+def _js_at_caret(request: CompareRequest, compared: Comparison, models: tuple[PreTrainedModel, PreTrainedModel],
+                 tokenizer: PreTrainedTokenizerBase, limit: int) -> float:
+    """The divergence before the caret's next token: the whole text's, where the text before the caret is a run of
+    its tokens (the caret between two of them), else from a reading of that text alone."""
+    if request.after is None:
+        return compared.next_js
+    before = read_scored_text(ScoresRequest(text=request.text, session=request.session, messages=request.messages),
+                              tokenizer, limit).ids
+    if compared.ids[: len(before)] == before:
+        return float(compared.js[len(before)])
+    return compare_models(models, torch.tensor([before]), len(tokenizer)).next_js
+
+
+@functools.cache
+def _spelled(tokenizer: PreTrainedTokenizerBase, token_id: int) -> str:
+    return tokenizer.decode([token_id])
