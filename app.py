@@ -34,7 +34,7 @@ if __name__ == "__main__":
 
 import gradio as gr
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from ui.controls import Constraints, Context, Controls, Settings
 from ui.endpoints import serve_endpoints
 from ui.errors import handled
@@ -97,7 +97,7 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
                     suggestions.build_plot()
                     second.build_plot()
                 why.build()
-                model = gr.Dropdown(cli.available_models(), value=cli.default_model_name(), label="Model",
+                model = gr.Dropdown(inference.available_models(), value=inference.default_model_name(), label="Model",
                                     elem_id="model")
                 compare.build()
                 sampling.build()
@@ -148,7 +148,7 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
 
 def leave(request: gr.Request) -> None:
     """The tab closed or reloaded: its long jobs stop (its caches age out as any cache does)."""
-    cli.cancel(session_key(request))
+    inference.cancel(session_key(request))
 
 
 demo, PANELS = build_page()
@@ -160,7 +160,7 @@ def concurrency() -> int:
     On ZeroGPU each runs in its own GPU worker, scheduled by ZeroGPU; a server batches what
     arrives together, so many; on one CPU more would only share its cores.
     """
-    default = 8 if cli.on_zero_gpu() else 64 if cli.backend().capabilities.batching else 1
+    default = 8 if inference.on_zero_gpu() else 64 if inference.backend().capabilities.batching else 1
     return int(os.environ.get("LOOKAHEAD_CONCURRENCY") or default)
 
 
@@ -168,14 +168,14 @@ def launch(page: gr.Blocks | None = None, **kwargs):
     """Start the app (`page`: another build of it) with its keyboard shortcuts and styles (Gradio 6 takes them at
     launch). The page answers at once; the model is prepared in the background meanwhile (PREPARATION), and what a
     first answer to a long text may read is timed while the machine is still idle."""
-    PREPARATION.start(cli.backend().warm_up())
+    PREPARATION.start(inference.backend().warm_up())
     queued = (page or demo).queue(max_size=QUEUE_SIZE, default_concurrency_limit=concurrency())
     return queued.launch(head=KEYBOARD_JS + BRANCH_WHY_JS, css=CSS, **kwargs)
 
 
 if __name__ == "__main__":
     try:
-        cli.use_backend(ARGUMENTS.backend, ARGUMENTS.server_url)
+        inference.use_backend(ARGUMENTS.backend, ARGUMENTS.server_url)
     except ValueError as error:
         PARSER.error(str(error))
     launch(mcp_server=ARGUMENTS.mcp or None)  # None: gradio reads GRADIO_MCP_SERVER

@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_constraints import seconds  # noqa: E402
 
-import custom_llm_inference as cli  # noqa: E402
+import custom_llm_inference as inference  # noqa: E402
 from lookahead.attribution import METHODS, attribute  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
 
@@ -31,9 +31,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    model, tokenizer = cli.load_model()
+    model, tokenizer = inference.load_model()
     story = tokenizer(STORY)["input_ids"]
-    print(f"model {cli.default_model_name()} on {model.device} ({cpu_model()}), torch threads "
+    print(f"model {inference.default_model_name()} on {model.device} ({cpu_model()}), torch threads "
           f"{torch.get_num_threads()}, integrated gradients with {STEPS} steps, median of {args.repeats}\n")
     print("| tokens | one forward s | " + " | ".join(f"{m} s (× forward)" for m in METHODS) + " |")
     print("|---:|---:|" + "---:|" * len(METHODS))

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_long_text import text_of  # noqa: E402
 from bench_passes import memory_bandwidth_gb_s, weight_bytes  # noqa: E402
 
-import custom_llm_inference as cli  # noqa: E402
+import custom_llm_inference as inference  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
 
 
@@ -51,19 +51,19 @@ def run(result: dict) -> int:
 def click_at_end(text: str, session: str, precompute: bool = False) -> float:
     """Suggestions at the end of `text` (its cache held), then a click: the first branch appended and asked again
     (with `precompute`, once the branches' answers are ready, as after the writer read them)."""
-    branch = cli.lookahead(text, session=session, precompute=precompute)["branches"][0]["text"]
-    cli.backend().speculator.wait()
-    return timed(lambda: cli.lookahead(text + branch, session=session))[0]
+    branch = inference.lookahead(text, session=session, precompute=precompute)["branches"][0]["text"]
+    inference.backend().speculator.wait()
+    return timed(lambda: inference.lookahead(text + branch, session=session))[0]
 
 
 def click_at_caret(text: str, caret: int, session: str, fit_tokens: int, precompute: bool = False) -> float:
     """Suggestions at `caret` (the whole text's cache held), then a click: the first branch inserted there and the
     suggestions after it (with `precompute`, once ready)."""
-    shown = cli.lookahead(text, session=session, caret=caret, fit_tokens=fit_tokens, precompute=precompute)
-    cli.backend().speculator.wait()
+    shown = inference.lookahead(text, session=session, caret=caret, fit_tokens=fit_tokens, precompute=precompute)
+    inference.backend().speculator.wait()
     branch = shown["branches"][0]["text"]
     inserted = text[:caret] + branch + text[caret:]
-    return timed(lambda: cli.lookahead(inserted, session=session, caret=caret + len(branch),
+    return timed(lambda: inference.lookahead(inserted, session=session, caret=caret + len(branch),
                                        fit_tokens=fit_tokens))[0]
 
 
@@ -72,15 +72,15 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=3000)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    model, tokenizer = cli.load_model()
-    cli.lookahead("Warm-up.", session="warm-up", caret=3)
+    model, tokenizer = inference.load_model()
+    inference.lookahead("Warm-up.", session="warm-up", caret=3)
     bandwidth, weights = memory_bandwidth_gb_s(), weight_bytes(model)
     print(f"{cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {platform.python_version()}; "
           f"memory bandwidth {bandwidth:.1f} GB/s, weights {weights / 1e9:.3f} GB")
     text = text_of(args.tokens, tokenizer)
     middle = text.index(" ", len(text) // 2)
     n = len(tokenizer(text)["input_ids"])
-    cli.lookahead(text, session="s")  # the session's cache holds the whole text
+    inference.lookahead(text, session="s")  # the session's cache holds the whole text
 
     kinds = {  # name: (click, passes it runs: the new tokens' pass, depth - 1 = 2 tree steps, and the fit's)
         "at the end": (lambda: click_at_end(text, "s"), 3),
@@ -104,31 +104,33 @@ def main() -> None:
         print(f"| {name} | {passes} | {1000 * seconds:.0f} | {seconds / end:.2f}× | "
               + (f"{rate:.2f} ({100 * rate / bandwidth:.0f}%) |" if passes else "— |"))
 
-    cli.lookahead(text, session="s")
+    inference.lookahead(text, session="s")
     moves = [text.index(" ", len(text) * i // 10) for i in (3, 7, 2, 5)]
     print("\n| caret moved to token | tokens run | of the tokens before it | seconds, branches | seconds, with fit |")
     print("|---:|---:|---:|---:|---:|")
     for at in moves:
-        seconds, result = timed(lambda: cli.lookahead(text, session="s", caret=at, fit_tokens=0))
-        fitted_seconds, _ = timed(lambda: cli.lookahead(text, session="s", caret=at))
+        seconds, result = timed(lambda: inference.lookahead(text, session="s", caret=at, fit_tokens=0))
+        fitted_seconds, _ = timed(lambda: inference.lookahead(text, session="s", caret=at))
         print(f"| {result['context_tokens']} | {run(result)} | {result['context_tokens']} | "
               f"{seconds:.3f} | {fitted_seconds:.3f} |")
 
     fits, plain = [], []
     for _ in range(args.repeats):
-        fits.append(timed(lambda: cli.lookahead(text, session="s", caret=middle, fit_tokens=32))[0])
-        plain.append(timed(lambda: cli.lookahead(text, session="s", caret=middle, fit_tokens=0))[0])
+        fits.append(timed(lambda: inference.lookahead(text, session="s", caret=middle, fit_tokens=32))[0])
+        plain.append(timed(lambda: inference.lookahead(text, session="s", caret=middle, fit_tokens=0))[0])
     fit, no_fit = statistics.median(fits), statistics.median(plain)
     print(f"\nfit, 5 branches × 32 tokens: {fit:.3f} s against {no_fit:.3f} s without "
           f"(+{1000 * (fit - no_fit):.0f} ms, {fit / no_fit:.2f}×)")
 
     at = text.index(" ", len(text) // 3)
-    cli.lookahead(text, session="s")
-    branch = cli.lookahead(text, session="s", caret=at)["branches"][0]["text"]
+    inference.lookahead(text, session="s")
+    branch = inference.lookahead(text, session="s", caret=at)["branches"][0]["text"]
     inserted = text[:at] + branch + text[at:]
-    after_seconds, after = timed(lambda: cli.lookahead(inserted, session="s", caret=at + len(branch), fit_tokens=0))
-    end_seconds, at_end = timed(lambda: cli.lookahead(inserted, session="s"))
-    again_seconds, again = timed(lambda: cli.lookahead(inserted, session="s"))
+    after_seconds, after = timed(
+        lambda: inference.lookahead(inserted, session="s", caret=at + len(branch), fit_tokens=0)
+    )
+    end_seconds, at_end = timed(lambda: inference.lookahead(inserted, session="s"))
+    again_seconds, again = timed(lambda: inference.lookahead(inserted, session="s"))
     print(f"\ninsertion at token {after['context_tokens']} of {n}:")
     print("| next call | tokens run | seconds |")
     print("|---|---:|---:|")

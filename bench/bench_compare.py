@@ -9,7 +9,7 @@ another name (its converted folder), so both cost the same and the ratio shows w
 ~2 computed (two models' passes), and ~1 precomputed. Each offered model's own click is timed too (the embedded
 model in bfloat16 is the other one a fresh install offers).
 
-Heatmap: the comparison of a ~3k-token text (cli.compare with no branches, as the heatmap asks it), first read and
+Heatmap: the comparison of a ~3k-token text (inference.compare with no branches, as the heatmap asks it), first read and
 after a click's few tokens (the kept comparison reads only them), beside one model's token listing (the plain
 heatmap's).
 
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_lookahead import corpus  # noqa: E402
 from bench_passes import memory_bandwidth_gb_s, weight_bytes  # noqa: E402
 
-import custom_llm_inference as cli  # noqa: E402
+import custom_llm_inference as inference  # noqa: E402
 from lookahead.models import EMBEDDED_MODEL, EMBEDDED_MODEL_BF16, embedded_model_dir, model_pass_costs  # noqa: E402
 from lookahead.scoring import SCORE_CHUNK  # noqa: E402
 
@@ -50,11 +50,11 @@ def timed(fn: Callable[[], object]) -> float:
 def click(text: str, models: list[str], session: str, precompute: bool) -> float:
     """Seconds for one click on the first model's first branch, the session shown `text` by every model first (and,
     precomputing, the background work given its time, as a writer reading gives it)."""
-    shown = [cli.lookahead(text, N_BRANCHES, DEPTH, session=session, model_name=name, precompute=precompute)
+    shown = [inference.lookahead(text, N_BRANCHES, DEPTH, session=session, model_name=name, precompute=precompute)
              for name in models]
-    cli.backend().speculator.wait()
+    inference.backend().speculator.wait()
     taken = text + shown[0]["branches"][0]["text"]
-    return timed(lambda: [cli.lookahead(taken, N_BRANCHES, DEPTH, session=session, model_name=name,
+    return timed(lambda: [inference.lookahead(taken, N_BRANCHES, DEPTH, session=session, model_name=name,
                                         precompute=precompute) for name in models])
 
 
@@ -64,9 +64,9 @@ def clicks(text: str, models: list[str], precompute: bool, repeats: int) -> floa
     for i in range(repeats):
         session = f"click {len(models)} {precompute} {i}"
         for name in models:
-            cli.lookahead(text, N_BRANCHES, DEPTH, session=session, model_name=name)
+            inference.lookahead(text, N_BRANCHES, DEPTH, session=session, model_name=name)
         times.append(click(text, models, session, precompute))
-        cli.backend().forget(session)
+        inference.backend().forget(session)
     return statistics.median(times)
 
 
@@ -76,15 +76,17 @@ def heatmap(text: str, models: list[str], repeats: int) -> dict[str, float]:
     first, again, alone = [], [], []
     for i in range(repeats):
         session = f"heatmap {i}"
-        first.append(timed(lambda: cli.compare(text, models, k=1, n_branches=0, session=session)))
-        cli.token_probabilities(text, 5, session=session, model_name=models[0])
+        first.append(timed(lambda: inference.compare(text, models, k=1, n_branches=0, session=session)))
+        inference.token_probabilities(text, 5, session=session, model_name=models[0])
         taken = text + " and then the lamp went out"
-        again.append(timed(lambda: cli.compare(taken, models, k=1, n_branches=0, session=session)))
+        again.append(timed(lambda: inference.compare(taken, models, k=1, n_branches=0, session=session)))
         alone_session = f"heatmap alone {i}"
-        cli.token_probabilities(text, 5, session=alone_session, model_name=models[0])
-        alone.append(timed(lambda: cli.token_probabilities(taken, 5, session=alone_session, model_name=models[0])))
-        cli.backend().forget(session)
-        cli.backend().forget(alone_session)
+        inference.token_probabilities(text, 5, session=alone_session, model_name=models[0])
+        alone.append(
+            timed(lambda: inference.token_probabilities(taken, 5, session=alone_session, model_name=models[0]))
+        )
+        inference.backend().forget(session)
+        inference.backend().forget(alone_session)
     return {"first": statistics.median(first), "click": statistics.median(again), "one": statistics.median(alone)}
 
 
@@ -93,16 +95,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     models, offered = [EMBEDDED_MODEL, str(embedded_model_dir())], [EMBEDDED_MODEL, EMBEDDED_MODEL_BF16]
-    loaded = [cli.load_model(name) for name in models]
+    loaded = [inference.load_model(name) for name in models]
     for name in {*models, *offered}:  # a first load refines its pass costs in the background: not while timing
         model_pass_costs(name, complete=True)
-    for _ in cli.backend().warm_up():  # as the app does at launch: what a first answer to a long text may read
+    for _ in inference.backend().warm_up():  # as the app does at launch: what a first answer to a long text may read
         pass
     tokenizer = loaded[0][1]
     ids = tokenizer(corpus())["input_ids"]
     text, long_text = tokenizer.decode(ids[:CLICK_TOKENS]), tokenizer.decode(ids[:HEATMAP_TOKENS])
     for name in models:
-        cli.lookahead("Warm-up: token healing builds its token table once. ", session="warm-up", model_name=name)
+        inference.lookahead("Warm-up: token healing builds its token table once. ", session="warm-up", model_name=name)
     bandwidth = memory_bandwidth_gb_s()
     print(f"models {' and '.join(models)}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"k={N_BRANCHES} depth={DEPTH}; memory bandwidth {bandwidth:.1f} GB/s, weights "

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import custom_llm_inference as cli  # noqa: E402
+import custom_llm_inference as inference  # noqa: E402
 from lookahead.constraints import check_constraint  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
 from lookahead.models import stop_tokens  # noqa: E402
@@ -51,15 +51,16 @@ def click_seconds(constraint: dict | None, repeats: int) -> float:
     """A click on a warm session: the first branch taken, and the lookahead after it."""
     session = f"bench {json.dumps(constraint)}"
     text = STORY
-    first = cli.lookahead(text, 5, 3, session=session, constraint=constraint)
+    first = inference.lookahead(text, 5, 3, session=session, constraint=constraint)
     taken = text + first["branches"][0]["text"]
     constraint = None if constraint is None else {**constraint, "start": len(STORY)}
 
     def click() -> None:
-        cli.backend().prefix_caches.clear()  # each repeat from the same warm state: the text's cache, then the click
-        cli.lookahead(text, 5, 3, session=session, constraint=constraint)
+        # each repeat from the same warm state: the text's cache, then the click
+        inference.backend().prefix_caches.clear()
+        inference.lookahead(text, 5, 3, session=session, constraint=constraint)
         start = time.perf_counter()
-        cli.lookahead(taken, 5, 3, session=session, constraint=constraint)
+        inference.lookahead(taken, 5, 3, session=session, constraint=constraint)
         click.took.append(time.perf_counter() - start)
 
     click.took = []
@@ -70,10 +71,10 @@ def click_seconds(constraint: dict | None, repeats: int) -> float:
 
 def mask_microseconds(constraint: dict, n: int = 200) -> tuple[float, float]:
     """One mask and one advance of a guide just after the constraint's start (its busiest state: many tokens valid)."""
-    model, tokenizer = cli.load_model()
+    model, tokenizer = inference.load_model()
     checked = check_constraint({**constraint, "start": None}, "Log:")
-    _, guide = cli.backend().matchers.context_and_guide(
-        (cli.default_model_name(), "bench mask"), checked, tokenizer, "Log:", "Log:", None, stop_tokens(None),
+    _, guide = inference.backend().matchers.context_and_guide(
+        (inference.default_model_name(), "bench mask"), checked, tokenizer, "Log:", "Log:", None, stop_tokens(None),
         model.config.get_text_config().vocab_size, model.device)
     start = time.perf_counter()
     for _ in range(n):
@@ -92,8 +93,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    model, tokenizer = cli.load_model()
-    print(f"model {cli.default_model_name()} on {model.device} ({cpu_model()}), "
+    model, tokenizer = inference.load_model()
+    print(f"model {inference.default_model_name()} on {model.device} ({cpu_model()}), "
           f"torch threads {torch.get_num_threads()}, "
           f"context {len(tokenizer(STORY)['input_ids'])} tokens, median of {args.repeats}\n")
     print("| constraint | mask µs | fork+advance µs | click ms | click × none | greedy ms/token | × none | "
@@ -108,9 +109,9 @@ def main() -> None:
         row.append(f"{click / base['click']:.2f}×")
         prompt = STORY + "\nThe keeper's log for that night:"
         for method in ("greedy", "lookahead"):
-            n = len(cli.generate(prompt, 48, method, constraint=constraint)["token_ids"])
-            took = seconds(lambda: cli.generate(prompt, n, method, constraint=constraint), args.repeats)
-            free = seconds(lambda: cli.generate(prompt, n, method), args.repeats)  # as many tokens, unconstrained
+            n = len(inference.generate(prompt, 48, method, constraint=constraint)["token_ids"])
+            took = seconds(lambda: inference.generate(prompt, n, method, constraint=constraint), args.repeats)
+            free = seconds(lambda: inference.generate(prompt, n, method), args.repeats)  # as many tokens, unconstrained
             row += [f"{1000 * took / n:.1f}", f"{took / free:.2f}×"]
         row.append(str(n))
         print(f"| {name} | " + " | ".join(row) + " |")

@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_passes import memory_bandwidth_gb_s, weight_bytes  # noqa: E402
 
-import custom_llm_inference as cli  # noqa: E402
+import custom_llm_inference as inference  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
 from lookahead.models import model_pass_costs  # noqa: E402
 
@@ -53,11 +53,11 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    model, tokenizer = cli.load_model()
+    model, tokenizer = inference.load_model()
     costs = model_pass_costs(complete=True)  # a first start refines its curve in the background: on these cores
     n = args.new_tokens
     bandwidth, weights = memory_bandwidth_gb_s(), weight_bytes(model)
-    print(f"model {cli.default_model_name()} on {model.device} ({cpu_model()}), torch threads "
+    print(f"model {inference.default_model_name()} on {model.device} ({cpu_model()}), torch threads "
           f"{torch.get_num_threads()}, {n} new tokens, median of {args.repeats}; "
           f"memory bandwidth {bandwidth:.1f} GB/s, "
           f"weights {weights / 1e6:.0f} MB\n")
@@ -72,8 +72,8 @@ def main() -> None:
             "hf-prompt-lookup": lambda: model.generate(
                 ids, do_sample=False, max_new_tokens=n, prompt_lookup_num_tokens=10
             )[0, ids.shape[1] :].tolist(),
-            "greedy": lambda: cli.generate(text, n, "greedy")["token_ids"],
-            "lookahead": lambda: cli.generate(text, n, "lookahead")["token_ids"],
+            "greedy": lambda: inference.generate(text, n, "greedy")["token_ids"],
+            "lookahead": lambda: inference.generate(text, n, "lookahead")["token_ids"],
         }
         seconds: dict[str, float] = {}
         tokens: dict[str, list[int]] = {}
@@ -85,7 +85,7 @@ def main() -> None:
                 times.append(time.perf_counter() - start)
             seconds[method] = statistics.median(times)
         assert tokens["lookahead"] == tokens["hf-greedy"] == tokens["greedy"], f"{name}: outputs differ"
-        detail = cli.generate(text, n, "lookahead")
+        detail = inference.generate(text, n, "lookahead")
         rate = {m: len(tokens[m]) / s for m, s in seconds.items()}
         ratio = lambda m: f"{rate[m] / rate['hf-greedy']:.2f}×"  # noqa: E731
         passes_per_second = detail["forward_passes"] / seconds["lookahead"]

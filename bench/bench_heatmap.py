@@ -32,21 +32,21 @@ TOKENS_PER_PASSAGE = 40  # about, for the embedded model's tokenizer
 
 
 def clicks(tokens: int, n: int) -> dict:
-    import custom_llm_inference as cli
+    import custom_llm_inference as inference
 
     text = {"branches": (PASSAGE * (tokens // TOKENS_PER_PASSAGE)).rstrip()}
     text["both"] = text["branches"]
-    cli.lookahead(text["branches"], session="branches")
-    cli.lookahead(text["both"], session="both")
-    cli.token_probabilities(text["both"], session="both")
+    inference.lookahead(text["branches"], session="branches")
+    inference.lookahead(text["both"], session="both")
+    inference.token_probabilities(text["both"], session="both")
     times: dict[str, list[float]] = {"branches": [], "both": []}
     ran = 0  # heatmap calls that had tokens to run (a text ending in whitespace: the branches' pass healed it)
     for _ in range(n):
         for session in ("branches", "both"):
             start = time.perf_counter()
-            shown = cli.lookahead(text[session], session=session)
+            shown = inference.lookahead(text[session], session=session)
             if session == "both":
-                heat = cli.token_probabilities(text[session], session=session)
+                heat = inference.token_probabilities(text[session], session=session)
                 ran += heat["reused_tokens"] < heat["context_tokens"]
             times[session].append(time.perf_counter() - start)
             text[session] += shown["branches"][0]["text"]
@@ -57,13 +57,13 @@ def peak_memory(kind: str, tokens: int) -> None:
     """In a fresh process: print the resident memory after loading the model, and the peak after the call."""
     import resource
 
-    import custom_llm_inference as cli
+    import custom_llm_inference as inference
 
-    cli.load_model()
+    inference.load_model()
     loaded = _rss_bytes()
     text = PASSAGE * (tokens // TOKENS_PER_PASSAGE)
     start = time.perf_counter()
-    result = cli.token_probabilities(text) if kind == "heatmap" else cli.lookahead(text, 1, 1)
+    result = inference.token_probabilities(text) if kind == "heatmap" else inference.lookahead(text, 1, 1)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"loaded": loaded, "peak": peak, "seconds": time.perf_counter() - start,
                       "context": result["context_tokens"]}))

@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from bench_long_text import text_of  # noqa: E402
 from bench_passes import memory_bandwidth_gb_s, weight_bytes  # noqa: E402
 
-import custom_llm_inference as cli  # noqa: E402
+import custom_llm_inference as inference  # noqa: E402
 from llama_cpp_server import LlamaCppServer  # noqa: E402
 from lookahead.models import EMBEDDED_MODEL, embedded_gguf_path  # noqa: E402
 
@@ -58,9 +58,9 @@ class Engines:
 
     def use(self, name: str) -> None:
         if name == "llama.cpp":
-            cli.use_backend("llama-cpp", self.url)
+            inference.use_backend("llama-cpp", self.url)
         else:
-            cli.use_backend()
+            inference.use_backend()
         time.sleep(SETTLE_SECONDS)
 
     def session(self) -> str:
@@ -71,17 +71,17 @@ class Engines:
 def click(text: str) -> Callable[[str], float]:
     """A warm session's click: its text read, then the text grown by a few tokens."""
     def run(session: str) -> float:
-        cli.lookahead(text, N_BRANCHES, DEPTH, session=session, partial=False)
-        return seconds(lambda: cli.lookahead(text + STEP, N_BRANCHES, DEPTH, session=session, partial=False))
+        inference.lookahead(text, N_BRANCHES, DEPTH, session=session, partial=False)
+        return seconds(lambda: inference.lookahead(text + STEP, N_BRANCHES, DEPTH, session=session, partial=False))
     return run
 
 
 def paste(text: str) -> Callable[[str], float]:
-    return lambda session: seconds(lambda: cli.lookahead(text, N_BRANCHES, DEPTH, session=session, partial=False))
+    return lambda session: seconds(lambda: inference.lookahead(text, N_BRANCHES, DEPTH, session=session, partial=False))
 
 
 def heatmap(text: str) -> Callable[[str], float]:
-    return lambda session: seconds(lambda: cli.token_probabilities(text, 5, session=session))
+    return lambda session: seconds(lambda: inference.token_probabilities(text, 5, session=session))
 
 
 def continuation(text: str, method: str) -> Callable[[str], float]:
@@ -89,7 +89,7 @@ def continuation(text: str, method: str) -> Callable[[str], float]:
     session's turn of the server, is the paste's)."""
     def run(session: str) -> float:
         first = last = None
-        for step in cli.generate_stream(text, CONTINUE_TOKENS, method, session=session):
+        for step in inference.generate_stream(text, CONTINUE_TOKENS, method, session=session):
             last = (time.perf_counter(), len(step["token_ids"]))
             first = first or last
         return (last[1] - first[1]) / (last[0] - first[0])
@@ -116,7 +116,7 @@ def main() -> None:
     args = parser.parse_args()
     short, long = args.tokens
     python = os.environ.get("LLAMA_CPP_PYTHON") or str(ROOT / ".venv-llama-cpp" / "bin" / "python")
-    model, tokenizer = cli.load_model()
+    model, tokenizer = inference.load_model()
     texts = {n: text_of(n, tokenizer) for n in (short, long)}
     server = LlamaCppServer(python, embedded_gguf_path(), EMBEDDED_MODEL, os.cpu_count() or 1)
     try:
@@ -133,7 +133,7 @@ def main() -> None:
         }
         results = measure(engines, tasks, args.repeats)
     finally:
-        cli.use_backend()
+        inference.use_backend()
         server.stop()
     bandwidth = memory_bandwidth_gb_s()
     weights = {"llama.cpp": embedded_gguf_path().stat().st_size, "in-process": weight_bytes(model)}

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import custom_llm_inference as cli  # noqa: E402
+import custom_llm_inference as inference  # noqa: E402
 from lookahead import reading  # noqa: E402
 from lookahead.cpu_linear import cpu_model  # noqa: E402
 
@@ -48,19 +48,19 @@ def text_of(tokens: int, tokenizer) -> str:
 def paste(text: str, session: str) -> tuple[float, dict, float]:
     """Seconds to the first answer, that answer, and seconds until the exact one."""
     start = time.perf_counter()
-    first = cli.lookahead(text, session=session)
+    first = inference.lookahead(text, session=session)
     first_seconds = time.perf_counter() - start
     result = first
     while result["partial"]:
         time.sleep(POLL_SECONDS)
-        result = cli.lookahead(text, session=session)
+        result = inference.lookahead(text, session=session)
     return first_seconds, first, time.perf_counter() - start
 
 
 def heatmap(text: str, session: str) -> tuple[float, float, float]:
     """Seconds to the first answer, to the first that lists a scored token, and until the whole one."""
     start = time.perf_counter()
-    result = cli.token_probabilities(text, session=session)
+    result = inference.token_probabilities(text, session=session)
     first_seconds, coloured_seconds = time.perf_counter() - start, None
     while True:
         if coloured_seconds is None and any(token["prob"] is not None for token in result["tokens"]):
@@ -68,10 +68,10 @@ def heatmap(text: str, session: str) -> tuple[float, float, float]:
         if "partial" not in result:
             return first_seconds, coloured_seconds, time.perf_counter() - start
         time.sleep(POLL_SECONDS)
-        result = cli.token_probabilities(text, session=session)
+        result = inference.token_probabilities(text, session=session)
 
 
-def read_whole(text: str, session: str, call=cli.lookahead) -> float:
+def read_whole(text: str, session: str, call=inference.lookahead) -> float:
     """Seconds `call` takes on `text` reading it whole within the call (LOOKAHEAD_FIRST_ANSWER_SECONDS=0)."""
     reading.FIRST_ANSWER_SECONDS, saved = 0, reading.FIRST_ANSWER_SECONDS
     try:
@@ -87,10 +87,10 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[1000, 3000, 8000])
     parser.add_argument("--heatmap-tokens", type=int, nargs="+", default=[8000])
     args = parser.parse_args()
-    model, tokenizer = cli.load_model()
-    cli.lookahead("Warm-up.", session="warm-up")
+    model, tokenizer = inference.load_model()
+    inference.lookahead("Warm-up.", session="warm-up")
     print(f"{cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, {platform.python_version()};"
-          f" a first answer reads {cli.backend().reader.window(cli.default_model_name(), model)} tokens "
+          f" a first answer reads {inference.backend().reader.window(inference.default_model_name(), model)} tokens "
           f"(LOOKAHEAD_FIRST_ANSWER_SECONDS={reading.FIRST_ANSWER_SECONDS:g})")
     print("| tokens | first answer s | partial: from tokens | exact answer s | one call reading it whole s | "
           "exact ÷ whole |")
@@ -108,7 +108,7 @@ def main() -> None:
     for n in args.heatmap_tokens:
         text = text_of(n, tokenizer)
         first_seconds, coloured_seconds, whole_seconds = heatmap(text, f"heatmap-{n}")
-        whole = read_whole(text, f"heatmap-whole-{n}", cli.token_probabilities)
+        whole = read_whole(text, f"heatmap-whole-{n}", inference.token_probabilities)
         print(f"| {n} | {first_seconds:.2f} | {coloured_seconds:.2f} | {whole_seconds:.2f} | {whole:.2f} |",
               flush=True)
 

@@ -25,7 +25,7 @@ import torch
 from transformers import DynamicCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import custom_llm_inference as cli  # noqa: E402
+import custom_llm_inference as inference  # noqa: E402
 from lookahead.branches import extend_cache, get_lookahead_sequences  # noqa: E402
 
 N_BRANCHES, DEPTH = 5, 3
@@ -89,10 +89,10 @@ def main() -> None:
     parser.add_argument("--nocache-max", type=int, default=1024, help="skip seed-nocache above this context")
     args = parser.parse_args()
 
-    model, tokenizer = cli.load_model()
+    model, tokenizer = inference.load_model()
     all_ids = tokenizer(corpus())["input_ids"]
-    cli.lookahead("Warm-up: token healing builds its token table once. ", session="warm-up")
-    print(f"model {cli.default_model_name()} on {model.device}, torch threads {torch.get_num_threads()}, "
+    inference.lookahead("Warm-up: token healing builds its token table once. ", session="warm-up")
+    print(f"model {inference.default_model_name()} on {model.device}, torch threads {torch.get_num_threads()}, "
           f"k={N_BRANCHES} depth={DEPTH}\n")
     print("| context tokens | seed (s) | seed-nocache | batched | **ours** | floor | ours (ms) | reused |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -101,9 +101,9 @@ def main() -> None:
         times: dict[str, list[float]] = {k: [] for k in ("seed", "seed-nocache", "batched", "ours", "floor")}
         reused = []
         session = f"bench-{n}"
-        cli.lookahead(text, N_BRANCHES, DEPTH, session=session)  # the writer's state before the click
+        inference.lookahead(text, N_BRANCHES, DEPTH, session=session)  # the writer's state before the click
         for _ in range(args.repeats):
-            branch = cli.lookahead(text, N_BRANCHES, DEPTH, session=session)["branches"][0]
+            branch = inference.lookahead(text, N_BRANCHES, DEPTH, session=session)["branches"][0]
             text += branch["text"]  # the click
             ids = torch.tensor([tokenizer(text)["input_ids"]])
             # Each incremental method starts from a cache of the text before the click.
@@ -117,9 +117,9 @@ def main() -> None:
             if n <= args.nocache_max:
                 times["seed-nocache"].append(timed(lambda: seed_nocache_lookahead(model, ids, N_BRANCHES, DEPTH)))
             # Re-warm the session on the text before the click, then time the click itself.
-            cli.lookahead(tokenizer.decode(before[0]), N_BRANCHES, DEPTH, session=session)
+            inference.lookahead(tokenizer.decode(before[0]), N_BRANCHES, DEPTH, session=session)
             start = time.perf_counter()
-            result = cli.lookahead(text, N_BRANCHES, DEPTH, session=session)
+            result = inference.lookahead(text, N_BRANCHES, DEPTH, session=session)
             times["ours"].append(time.perf_counter() - start)
             reused.append(result["reused_tokens"] / result["context_tokens"])
         med = {k: statistics.median(v) if v else None for k, v in times.items()}

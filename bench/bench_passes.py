@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_lookahead import corpus  # noqa: E402
 
-import custom_llm_inference as cli  # noqa: E402
+import custom_llm_inference as inference  # noqa: E402
 from lookahead.branches import extend_cache, get_lookahead_sequences  # noqa: E402
 from lookahead.cpu_linear import cpu_model, machine_key, measure_pass_costs, use_linear_path  # noqa: E402
 from lookahead.kv_cache import GrowableCache  # noqa: E402
@@ -71,13 +71,13 @@ def main() -> None:
     parser.add_argument("--contexts", type=int, nargs="+", default=[1024, 3072])
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    model, tokenizer = cli.load_model()
+    model, tokenizer = inference.load_model()
     model_pass_costs(complete=True)  # a first start refines its curve in the background: on these cores
     bandwidth = memory_bandwidth_gb_s()
     weights = weight_bytes(model)
     print(f"CPU {cpu_model()}, torch {torch.__version__}, {torch.get_num_threads()} threads; memory bandwidth "
-          f"{bandwidth:.1f} GB/s (a 1 GiB sum); {cli.default_model_name()}: {weights / 1e6:.0f} MB of weights\n")
-    costs = measure_pass_costs(model, machine_key(model, cli.default_model_name()))
+          f"{bandwidth:.1f} GB/s (a 1 GiB sum); {inference.default_model_name()}: {weights / 1e6:.0f} MB of weights\n")
+    costs = measure_pass_costs(model, machine_key(model, inference.default_model_name()))
     print(costs.table())
     print("\nWeights read per second at the chosen path, against the bandwidth:")
     print("| tokens per pass | GB/s | share of bandwidth |\n|---:|---:|---:|")

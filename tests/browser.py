@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from history import History
 from lookahead.outputs import as_json
 from ui.render import branch_label
@@ -39,7 +39,7 @@ def expect_suggestions_for(page, text: str, messages: list[dict] | None = None, 
                            panel: str = "") -> dict:
     """Wait until the page shows the engine's suggestions for `text` (in chat mode, after `messages`), in the
     suggestions panel whose ids end in `panel` (the first: ""); return them."""
-    expected = cli.lookahead.typed(text, 5, 3, session="browser-expectation", messages=messages,
+    expected = inference.lookahead.typed(text, 5, 3, session="browser-expectation", messages=messages,
                                    model_name=model_name)
     expect(page.locator("#text textarea")).to_have_value(text)
     for i, branch in enumerate(expected.branches):

@@ -29,7 +29,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, GPT2Config, LlamaConfig, Qwen2Config  # noqa: E402
 
-import custom_llm_inference as cli  # noqa: E402
+import custom_llm_inference as inference  # noqa: E402
 from lookahead.backends.in_process import InProcess  # noqa: E402
 
 TINY_CONTEXT = 64  # small, so tests can overflow the context cheaply
@@ -48,7 +48,7 @@ def tiny_configs(vocab_size: int) -> dict:
 
 @pytest.fixture(scope="session")
 def embedded():
-    return cli.load_model()
+    return inference.load_model()
 
 
 @pytest.fixture(scope="session")
@@ -68,7 +68,7 @@ def tiny_model_dirs(tmp_path_factory, embedded) -> dict[str, str]:
 @pytest.fixture(params=["embedded", "llama", "gpt2", "qwen2"])
 def model_name(request, tiny_model_dirs) -> str:
     """Every model the correctness tests run on, by the name `load_model` takes."""
-    return cli.default_model_name() if request.param == "embedded" else tiny_model_dirs[request.param]
+    return inference.default_model_name() if request.param == "embedded" else tiny_model_dirs[request.param]
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +83,7 @@ def app_url(embedded, tiny_model_dirs) -> str:
 
 def clear_in_process_caches(stop_reads: bool = False) -> None:
     """Empty the caches of the in-process backend answering the public functions (none while another answers)."""
-    backend = cli.backend()
+    backend = inference.backend()
     if not isinstance(backend, InProcess):
         return
     if stop_reads:

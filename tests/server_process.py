@@ -79,11 +79,11 @@ class ServerProcess:
 def in_process() -> Iterator[None]:
     """The in-process engine answering the public functions for a while, the server's backend back after: what a
     server's answers are compared to."""
-    import custom_llm_inference as cli
+    import custom_llm_inference as inference
 
-    previous = cli.backend()
-    cli.use_backend()
+    previous = inference.backend()
+    inference.use_backend()
     try:
         yield
     finally:
-        cli._backend = previous
+        inference._backend = previous

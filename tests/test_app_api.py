@@ -4,7 +4,7 @@ import concurrent.futures
 
 import pytest
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from api_client import Client
 from lookahead.models import EMBEDDED_MODEL_BF16
 from reference import reference_scores
@@ -35,18 +35,18 @@ def test_endpoints_are_named_and_listed(client):
 def test_min_p_reaches_the_engine_positional_callers_unchanged(client):
     text = "The old lighthouse keeper climbed the stairs and"
     remote = client.predict(text, 10, min_p=0.5, api_name="/next_token_distribution")
-    local = cli.next_token_distribution(text, 10, min_p=0.5, session="local min_p")
+    local = inference.next_token_distribution(text, 10, min_p=0.5, session="local min_p")
     assert [(e["token_id"], e["kept"]) for e in remote] == [(e["token_id"], e["kept"]) for e in local]
     assert any(not e["kept"] for e in remote), "min_p cut the tail"
     positional = client.predict(text, 2, 2, 0.7, 40, 0.9, api_name="/lookahead")
-    assert positional["sampling"] == {**cli.Sampling(temperature=0.7, top_k=40, top_p=0.9).as_dict()}
+    assert positional["sampling"] == {**inference.Sampling(temperature=0.7, top_k=40, top_p=0.9).as_dict()}
 
 
 def test_compare_answers_as_the_engine(client, tiny_model_dirs):
     text = "The keeper lit the lamp and"
     models = ["", tiny_model_dirs["llama"]]  # empty: the default
     remote = client.predict(text, models, 5, 2, 2, min_p=0.05, api_name="/compare")
-    local = cli.compare(text, [cli.default_model_name(), tiny_model_dirs["llama"]], 5, 2, 2, min_p=0.05,
+    local = inference.compare(text, [inference.default_model_name(), tiny_model_dirs["llama"]], 5, 2, 2, min_p=0.05,
                         session="local compare")
     assert remote["models"] == local["models"] and remote["per"] == "token"
     assert [t["js"] for t in remote["tokens"]] == pytest.approx([t["js"] for t in local["tokens"]], abs=1e-6)
@@ -61,13 +61,13 @@ def test_constraints_penalties_and_stops_reach_the_engine(client):
     constraint = {"type": "choice", "value": ["yes", "no", "maybe"], "start": None}
     remote = client.predict(text, 3, 3, presence_penalty=0.5, frequency_penalty=0.2, constraint=constraint,
                             api_name="/lookahead")
-    local = cli.lookahead(text, 3, 3, presence_penalty=0.5, frequency_penalty=0.2, constraint=constraint,
+    local = inference.lookahead(text, 3, 3, presence_penalty=0.5, frequency_penalty=0.2, constraint=constraint,
                           session="local")
     assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
     assert {b["text"] for b in remote["branches"]} <= {"yes", "no", "maybe"}
     dist = client.predict(text, 20, constraint=constraint, api_name="/next_token_distribution")
     assert [d["valid"] for d in dist] == [
-        d["valid"] for d in cli.next_token_distribution(text, 20, constraint=constraint)]
+        d["valid"] for d in inference.next_token_distribution(text, 20, constraint=constraint)]
     out = client.predict("Once upon a time", 30, "greedy", stop=[","], api_name="/generate")
     assert out["stop"] == "," and "," not in out["text"]
     with pytest.raises(Exception, match="stops matching at character"):
@@ -77,7 +77,7 @@ def test_constraints_penalties_and_stops_reach_the_engine(client):
 def test_results_equal_the_engine(client):
     text = "The old lighthouse keeper climbed the stairs and"
     remote = client.predict(text, 4, 2, api_name="/lookahead")
-    local = cli.lookahead(text, 4, 2, session="local")
+    local = inference.lookahead(text, 4, 2, session="local")
     assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
     assert [b["text"] for b in remote["branches"]] == [b["text"] for b in local["branches"]]
     dist = client.predict(text, 5, api_name="/next_token_distribution")
@@ -89,7 +89,7 @@ def test_sampling_parameters_reach_the_engine(client):
     text = "The old lighthouse keeper climbed the stairs and"
     settings = {"temperature": 0.8, "top_k": 3, "top_p": 0.95, "repetition_penalty": 1.2}
     remote = client.predict(text, 4, 3, **settings, branch_mode="sample", seed=7, api_name="/lookahead")
-    local = cli.lookahead(text, 4, 3, **settings, branch_mode="sample", seed=7, session="local")
+    local = inference.lookahead(text, 4, 3, **settings, branch_mode="sample", seed=7, session="local")
     assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
     assert remote["sampling"] == local["sampling"] and remote["seed"] == 7
     dist = client.predict(text, 6, 1.0, 3, api_name="/next_token_distribution")
@@ -132,7 +132,9 @@ def test_huge_and_odd_text_gets_an_answer(client):
 def test_concurrent_clients_each_get_their_own_results(client):
     texts = [f"Client number {i} writes about {topic} and" for i, topic in enumerate(
         ["cats", "rockets", "bread", "rivers", "chess", "snow", "music", "glass"])]
-    expected = {t: [b["token_ids"] for b in cli.lookahead(t, 3, 2, session="expected")["branches"]] for t in texts}
+    expected = {
+        t: [b["token_ids"] for b in inference.lookahead(t, 3, 2, session="expected")["branches"]] for t in texts
+    }
 
     def ask(text):
         own = Client(client.src, verbose=False)
@@ -150,7 +152,7 @@ def test_concurrent_clients_each_get_their_own_results(client):
 def test_generate_endpoint_equals_the_engine_and_rejects_bad_methods(client):
     text = "Monday, Tuesday, Wednesday,"
     remote = client.predict(text, 8, "lookahead", api_name="/generate")
-    assert remote["token_ids"] == cli.generate(text, 8, "greedy")["token_ids"]
+    assert remote["token_ids"] == inference.generate(text, 8, "greedy")["token_ids"]
     assert remote["forward_passes"] == len(remote["accepted_per_pass"])
     with pytest.raises(Exception, match="method"):
         client.predict(text, 8, "beam", api_name="/generate")
@@ -164,10 +166,10 @@ def test_token_probabilities_endpoint_equals_the_engine_and_refuses_bad_k(client
         "text", "k", "messages", "model_name"]
     text = "The capital of France is Paris."
     remote = client.predict(text, 3, api_name="/token_probabilities")
-    local = cli.token_probabilities(text, 3, session="local heatmap")
+    local = inference.token_probabilities(text, 3, session="local heatmap")
     assert [t["token_id"] for t in remote["tokens"]] == [t["token_id"] for t in local["tokens"]]
     assert [(t["start"], t["end"]) for t in remote["tokens"]] == [(t["start"], t["end"]) for t in local["tokens"]]
-    rows = reference_scores(*cli.load_model(), text, 3)
+    rows = reference_scores(*inference.load_model(), text, 3)
     assert all(theirs["rank"] in row["ranks"] and ours["rank"] in row["ranks"]
                for theirs, ours, row in zip(remote["tokens"][1:], local["tokens"][1:], rows[1:]))
     assert remote["tokens"][0]["prob"] is None
@@ -180,12 +182,12 @@ def test_token_probabilities_endpoint_equals_the_engine_and_refuses_bad_k(client
 def test_chat_mode_through_the_endpoints_equals_the_engine(client):
     conversation = [{"role": "user", "content": "What is 2+2?"}]
     remote = client.predict("2+2 equals", 3, 2, messages=conversation, api_name="/lookahead")
-    local = cli.lookahead("2+2 equals", 3, 2, session="local chat", messages=conversation)
+    local = inference.lookahead("2+2 equals", 3, 2, session="local chat", messages=conversation)
     assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
     heat = client.predict("2+2 equals", 3, conversation, api_name="/token_probabilities")
     assert [t["token"] for t in heat["tokens"]] == ["2", "+", "2", " equals"]
     reply = client.predict("", 16, "greedy", conversation, api_name="/generate")
-    assert reply["token_ids"] == cli.generate("", 16, "greedy", messages=conversation)["token_ids"]
+    assert reply["token_ids"] == inference.generate("", 16, "greedy", messages=conversation)["token_ids"]
     with pytest.raises(Exception, match="role"):
         client.predict("x", 3, 2, messages=[{"role": "robot", "content": "hi"}], api_name="/lookahead")
 
@@ -193,11 +195,11 @@ def test_chat_mode_through_the_endpoints_equals_the_engine(client):
 
 def test_every_endpoint_takes_an_offered_model_and_refuses_others(client, tiny_model_dirs):
     tiny = tiny_model_dirs["llama"]
-    assert cli.available_models() == [cli.default_model_name(), EMBEDDED_MODEL_BF16, tiny]
+    assert inference.available_models() == [inference.default_model_name(), EMBEDDED_MODEL_BF16, tiny]
     text = "The old lighthouse keeper"
     remote = client.predict(text, 3, 2, model_name=tiny, api_name="/lookahead")
     assert remote["model"] == tiny
-    local = cli.lookahead(text, 3, 2, session="local tiny", model_name=tiny)
+    local = inference.lookahead(text, 3, 2, session="local tiny", model_name=tiny)
     assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
     assert client.predict(text, 3, model_name=tiny, api_name="/token_probabilities")["model"] == tiny
     assert client.predict(text, 4, "greedy", model_name=tiny, api_name="/generate")["model"] == tiny

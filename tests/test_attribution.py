@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead.models import model_source
 from lookahead.requests import AttributionRequest
 
@@ -38,9 +38,9 @@ def reference_attention(model_name: str, ids: list[int]) -> torch.Tensor:
 
 @pytest.mark.parametrize("method", ["saliency", "input_x_gradient", "integrated_gradients", "attention"])
 def test_scores_equal_an_independent_computation(model_name, method):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     ids = tokenizer(TEXT)["input_ids"]
-    result = cli.attribution(TEXT, None, method, 4, model_name=model_name)
+    result = inference.attribution(TEXT, None, method, 4, model_name=model_name)
     with torch.no_grad():
         logits = model(torch.tensor([ids])).logits[0, -1].float()
     target = int(logits.argmax())
@@ -57,8 +57,8 @@ def test_scores_equal_an_independent_computation(model_name, method):
 
 def test_tokens_and_spans_are_token_probabilities_and_a_window_leaves_the_start_unscored(embedded):
     text = "Once upon a time, in a kingdom by the sea, there lived a"
-    result = cli.attribution(text, 264, "saliency", window=5)  # token 264: " king"? any id will do
-    scored = cli.token_probabilities(text)
+    result = inference.attribution(text, 264, "saliency", window=5)  # token 264: " king"? any id will do
+    scored = inference.token_probabilities(text)
     assert [(t["token_id"], t["start"], t["end"]) for t in result["tokens"]] == [
         (t["token_id"], t["start"], t["end"]) for t in scored["tokens"]]
     assert "".join(text[t["start"] : t["end"]] for t in result["tokens"]) == text
@@ -70,7 +70,7 @@ def test_tokens_and_spans_are_token_probabilities_and_a_window_leaves_the_start_
 
 def test_chat_mode_lists_the_replys_tokens_attributed_after_the_conversation(embedded):
     messages = [{"role": "user", "content": "What is the capital of France?"}]
-    result = cli.attribution("The capital is", messages=messages, method="input_x_gradient")
+    result = inference.attribution("The capital is", messages=messages, method="input_x_gradient")
     assert "".join(t["token"] for t in result["tokens"]) == "The capital is"
     assert result["window_tokens"] > len(result["tokens"]), "the conversation is in the window"
     assert 0 < sum(t["score"] for t in result["tokens"]) < 1
@@ -80,12 +80,12 @@ def test_at_token_explains_that_place_from_the_texts_own_tokens_before_it(embedd
     """The heatmap's "why?": the context is the text's tokens before the token, exactly. Here a re-tokenised
     prefix would differ: "\n\n" before "The" is two tokens in the text, one on its own."""
     text = "The keeper slept.\n\nThe storm"
-    model, tokenizer = cli.load_model()
+    model, tokenizer = inference.load_model()
     ids = tokenizer(text)["input_ids"]
     at = 6  # "The", after "." "\n" "\n"
     assert tokenizer(text[: text.index("The storm")])["input_ids"] != ids[:at], "the prefix alone splits otherwise"
-    listed = cli.token_probabilities(text)["tokens"]
-    result = cli.attribution(text, None, "input_x_gradient", at_token=at)
+    listed = inference.token_probabilities(text)["tokens"]
+    result = inference.attribution(text, None, "input_x_gradient", at_token=at)
     expected_target = listed[at]["alternatives"][0]
     assert result["target"]["token_id"] == expected_target["token_id"]
     assert result["target"]["prob"] == pytest.approx(expected_target["prob"], abs=1e-5)
@@ -96,10 +96,10 @@ def test_at_token_explains_that_place_from_the_texts_own_tokens_before_it(embedd
 
 
 def test_the_stream_reports_each_pass_then_the_result(embedded):
-    items = list(cli.attribution_stream(TEXT, None, "integrated_gradients", 10))
+    items = list(inference.attribution_stream(TEXT, None, "integrated_gradients", 10))
     assert items[:-1] == [{"done": k, "of": 3} for k in (1, 2, 3)], "10 points, 4 per pass"
-    assert items[-1] == cli.attribution(TEXT, None, "integrated_gradients", 10)
-    assert [i.get("done") for i in cli.attribution_stream(TEXT, None, "saliency")][:-1] == [1]
+    assert items[-1] == inference.attribution(TEXT, None, "integrated_gradients", 10)
+    assert [i.get("done") for i in inference.attribution_stream(TEXT, None, "saliency")][:-1] == [1]
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -113,21 +113,23 @@ def test_the_stream_reports_each_pass_then_the_result(embedded):
 ])
 def test_bad_input_gets_a_clear_error(embedded, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        cli.attribution("abc", **kwargs)
+        inference.attribution("abc", **kwargs)
 
 
 def test_the_vllm_backend_says_attribution_runs_in_process(embedded):
-    cli.use_backend("vllm", "http://127.0.0.1:9/v1")
+    inference.use_backend("vllm", "http://127.0.0.1:9/v1")
     try:
         with pytest.raises(ValueError, match="in this process"):
-            cli.attribution("abc")
+            inference.attribution("abc")
     finally:
-        cli.use_backend()
+        inference.use_backend()
 
 
 def test_the_gpu_time_asked_grows_with_the_window_and_the_steps():
     def asked(steps: int, window: int) -> int:
-        return cli.gpu_seconds(AttributionRequest(text="x", method="integrated_gradients", steps=steps, window=window))
+        return inference.gpu_seconds(
+            AttributionRequest(text="x", method="integrated_gradients", steps=steps, window=window)
+        )
 
     small, large = asked(4, 128), asked(64, 2048)
     assert small < asked(16, 512) < large

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import DynamicCache, GenerationConfig
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead.branches import get_lookahead_sequences, tree_attention_mask
 from reference import next_logits
 
@@ -17,7 +17,7 @@ def prompt_ids(tokenizer, text="The old lighthouse keeper climbed the stairs and
 
 @pytest.mark.parametrize("cached_prefix", [0, 5, "all-but-one"])
 def test_branches_equal_greedy_generate_and_uncached_logits(model_name, cached_prefix):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     ids = prompt_ids(tokenizer)
     cache = DynamicCache()
     n_cached = ids.shape[1] - 1 if cached_prefix == "all-but-one" else cached_prefix
@@ -39,7 +39,7 @@ def test_branches_equal_greedy_generate_and_uncached_logits(model_name, cached_p
 
 
 def test_prefix_cache_is_left_exactly_as_it_was(model_name):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     ids = prompt_ids(tokenizer)
     cache = DynamicCache()
     model(ids[:, :-1], past_key_values=cache)

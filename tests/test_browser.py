@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from browser import (  # skips without chromium
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -70,7 +70,7 @@ def test_continue_streams_greedy_text_and_colours_its_sources(page):
     expect_suggestions_for(page, text)
     page.get_by_label("Tokens to continue").fill("12")
     page.locator("#continue").click()
-    expected = cli.generate(text, 12, "greedy")
+    expected = inference.generate(text, 12, "greedy")
     expect_suggestions_for(page, text + expected["text"])
     expect(page.locator("#continuation-status")).to_contain_text(f"{len(expected['token_ids'])} tokens in")
     expect(page.locator("#continuation")).to_contain_text("n-gram draft")  # the legend
@@ -181,8 +181,10 @@ def test_presets_forcing_undo_redo_fork_and_export_import(page, tmp_path):
     # A preset moves the controls and the branches then sample from p_final with the seed.
     page.locator("#preset").get_by_text("balanced").click()
     expect(page.locator("#temperature input[type=number]")).to_have_value("0.7")
-    sampling, mode = cli.PRESETS["balanced"]
-    sampled = cli.lookahead.typed(appended, 5, 3, sampling=sampling, branch_mode=mode, seed=0, session="browser-b")
+    sampling, mode = inference.PRESETS["balanced"]
+    sampled = inference.lookahead.typed(
+        appended, 5, 3, sampling=sampling, branch_mode=mode, seed=0, session="browser-b"
+    )
     for i, branch in enumerate(sampled.branches):
         expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, sampled.lead))
     expect(page.locator("#status")).to_contain_text("branches sample (seed 0)")
@@ -254,7 +256,7 @@ def test_the_heatmap_colours_the_text_shows_alternatives_and_rewinds_to_one(page
     type_text(page, text)
     expect_suggestions_for(page, text)
     page.locator("#heatmap-on input").check()
-    expected = cli.token_probabilities(text, 5, session="heatmap-expectation")["tokens"]
+    expected = inference.token_probabilities(text, 5, session="heatmap-expectation")["tokens"]
     shown = page.locator("#heatmap .tk")
     expect(shown).to_have_count(len([t for t in expected if t["end"] > t["start"]]))
     assert "".join(shown.all_inner_texts()) == text
@@ -320,7 +322,7 @@ def test_switching_the_model_keeps_the_text_and_suggests_from_the_new_one(page, 
     expect_suggestions_for(page, text, model_name=tiny)
     expect(page.locator("#status")).to_contain_text(tiny)
     page.locator("#model input").click()
-    page.get_by_role("option", name=cli.default_model_name(), exact=True).click()
+    page.get_by_role("option", name=inference.default_model_name(), exact=True).click()
     expect_suggestions_for(page, text)
 
 
@@ -336,7 +338,7 @@ def test_the_constrain_panel_makes_branches_the_plot_and_continue_obey(page):
         "el => { el.focus(); el.setSelectionRange(el.value.length, el.value.length); }")
     page.locator("#constrain").click()
     constraint = {"type": "choice", "value": ["yes", "no", "maybe"], "start": len(text)}
-    expected = cli.lookahead.typed(text, 5, 3, session="browser-expectation", constraint=constraint)
+    expected = inference.lookahead.typed(text, 5, 3, session="browser-expectation", constraint=constraint)
     for i, branch in enumerate(expected.branches):
         expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, expected.lead))
     assert {b.text for b in expected.branches} <= {"yes", "no", "maybe"}
@@ -346,7 +348,7 @@ def test_the_constrain_panel_makes_branches_the_plot_and_continue_obey(page):
     page.screenshot(path=SCREENSHOT.with_name("constrain.png"), full_page=True)
     page.get_by_label("Tokens to continue").fill("8")
     page.locator("#continue").click()
-    continued = cli.generate(text, 8, constraint=constraint)
+    continued = inference.generate(text, 8, constraint=constraint)
     assert continued["text"] in ("yes", "no", "maybe")
     expect(page.locator("#text textarea")).to_have_value(text + continued["text"])
     page.locator("#unconstrain").click()
@@ -360,7 +362,7 @@ def test_why_beside_a_token_colours_the_text_by_what_drives_it_and_the_method_ca
     shown = expect_suggestions_for(page, text)
     top = shown["distribution"][0]
     page.locator("#plot .why").first.click()
-    expected = cli.attribution(text, top["token_id"], "input_x_gradient", session="browser-expectation")
+    expected = inference.attribution(text, top["token_id"], "input_x_gradient", session="browser-expectation")
     view = page.locator("#why-view")
     expect(view).to_contain_text("next: input x gradient")
     expect(view).to_contain_text(f"gives it {percent(expected['target']['prob'])}")
@@ -380,7 +382,7 @@ def test_why_on_a_branch_and_on_a_heatmap_token(page):
     page.locator("#branch-1").hover()  # a chip over the branch asks why
     page.locator("#branch-why").click()
     first = shown["branches"][1]["token_ids"][0]
-    expected = cli.attribution(text, first, "input_x_gradient", session="browser-expectation")
+    expected = inference.attribution(text, first, "input_x_gradient", session="browser-expectation")
     view = page.locator("#why-view")
     expect(view).to_contain_text(f"Why {visible(expected['target']['token'])}")
     expect(view).to_contain_text(f"gives it {percent(expected['target']['prob'])}")
@@ -390,17 +392,17 @@ def test_why_on_a_branch_and_on_a_heatmap_token(page):
     expect(page.locator("#text textarea")).to_have_value(text)  # asking why takes no branch
     page.locator("#branch-2").focus()  # from the keyboard: a focused branch, then "?"
     page.keyboard.press("?")
-    third = cli.attribution(text, shown["branches"][2]["token_ids"][0], session="browser-expectation")
+    third = inference.attribution(text, shown["branches"][2]["token_ids"][0], session="browser-expectation")
     expect(view).to_contain_text(f"Why {visible(third['target']['token'])} next")
     expect(view).to_contain_text(f"gives it {percent(third['target']['prob'])}")
     expect(page.locator("#text textarea")).to_have_value(text)
 
     page.locator("#heatmap-on input").check()
-    scored = cli.token_probabilities(text, 5, session="heatmap-expectation")["tokens"]
+    scored = inference.token_probabilities(text, 5, session="heatmap-expectation")["tokens"]
     i = next(i for i, t in enumerate(scored) if t["token"] == " Italy")
     page.locator(f'#heatmap .tk[data-i="{i}"]').hover()
     page.locator("#token-details .why-token").click()
-    expected = cli.attribution(text, None, "input_x_gradient", session="browser-expectation", at_token=i)
+    expected = inference.attribution(text, None, "input_x_gradient", session="browser-expectation", at_token=i)
     assert expected["target"]["token_id"] == scored[i]["alternatives"][0]["token_id"]
     expect(view).to_contain_text("where you wrote ␣Italy")
     expect(view).to_contain_text(f"gives it {percent(expected['target']['prob'])}")
@@ -426,7 +428,7 @@ def test_a_click_updates_the_heatmap_by_its_new_tokens_alone(page):
     taken = text + shown["branches"][0]["text"]
     page.locator("#branch-0").click()
     expect_suggestions_for(page, taken)
-    tokens = cli.token_probabilities.typed(taken, 5, session="heatmap-expectation").tokens
+    tokens = inference.token_probabilities.typed(taken, 5, session="heatmap-expectation").tokens
     first = len(tokens) - HEATMAP_TOKENS
     expect(page.locator("#heatmap .tk").first).to_have_attribute("data-i", str(first))
     expect(page.locator("#heatmap .earlier")).to_have_text(f"… {first} earlier tokens … ")
@@ -446,7 +448,7 @@ def test_a_click_updates_the_heatmap_by_its_new_tokens_alone(page):
     again = taken + after["branches"][0]["text"]
     page.locator("#branch-0").click()  # and the next click's change applies to it
     expect_suggestions_for(page, again)
-    tokens = cli.token_probabilities(again, 5, session="heatmap-expectation")["tokens"]
+    tokens = inference.token_probabilities(again, 5, session="heatmap-expectation")["tokens"]
     expect(page.locator("#heatmap .tk").last).to_have_attribute("data-i", str(len(tokens) - 1))
     assert "".join(page.locator("#heatmap .tk").all_inner_texts()) == "".join(
         shown_text(again[t["start"] : t["end"]]) for t in tokens[len(tokens) - HEATMAP_TOKENS :])
@@ -478,7 +480,7 @@ def test_a_long_paste_answers_at_once_labelled_partial_then_exactly(page, monkey
     """A text too long to read at once: the first suggestions come from its last tokens, labelled, while it is
     read; the page asks again by itself and shows the exact ones when the read ends."""
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
-    monkeypatch.setitem(cli.backend().reader._windows, cli.default_model_name(), 128)
+    monkeypatch.setitem(inference.backend().reader._windows, inference.default_model_name(), 128)
     text = "".join(f"{i}. The keeper climbed the stairs to the lamp and counted the ships on the sea. "
                    for i in range(60))  # ~1.4k tokens
     type_text(page, text)

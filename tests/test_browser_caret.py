@@ -5,7 +5,7 @@ of the text stays, the caret moves past it, and undo restores the text exactly."
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from browser import CHROMIUM, CHROMIUM_ARGS, SCREENSHOT, type_text  # skips without chromium
 from lookahead.outputs import as_json
 from ui.render import branch_label, first_word
@@ -32,7 +32,7 @@ def page(request, app_url):
 def expect_suggestions_at(page, text: str, caret: int, messages: list[dict] | None = None) -> dict:
     """Wait until the page shows the engine's suggestions for `text` at `caret` (in chat mode, a reply after
     `messages`), fit included; return them."""
-    expected = cli.lookahead.typed(text, 5, 3, session="browser-expectation", caret=caret, messages=messages)
+    expected = inference.lookahead.typed(text, 5, 3, session="browser-expectation", caret=caret, messages=messages)
     expect(page.locator("#text textarea")).to_have_value(text)
     for i, branch in enumerate(expected.branches):
         expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, expected.lead))
@@ -78,7 +78,7 @@ def test_the_caret_drives_the_suggestions_and_a_branch_goes_in_there(page):
     page.locator("#undo").click()
     expect(page.locator("#text textarea")).to_have_value(DRAFT)
     expect(page.locator("#status")).not_to_contain_text("At the caret")  # back at the end of the text
-    at_the_end = cli.lookahead.typed(DRAFT, 5, 3, session="browser-expectation")
+    at_the_end = inference.lookahead.typed(DRAFT, 5, 3, session="browser-expectation")
     expect(page.locator("#branch-0")).to_have_text(branch_label(at_the_end.branches[0], at_the_end.lead))
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from browser import CHROMIUM, CHROMIUM_ARGS, expect_suggestions_for, inserted_at, type_text  # skips without chromium
 
 TEXT = "The keeper lit the lamp and"
@@ -50,7 +50,7 @@ def test_a_second_model_chosen_answers_beside_the_first_and_either_ones_branch_g
     choose_second_model(page, tiny)
     beside = expect_suggestions_for(page, TEXT, model_name=tiny, panel="-2")
     expect(page.locator("#plot-heading-2")).to_contain_text(tiny)
-    expect(page.locator("#plot-heading")).to_contain_text(cli.default_model_name())
+    expect(page.locator("#plot-heading")).to_contain_text(inference.default_model_name())
     one, two = (page.locator(f"#suggestions{panel}").bounding_box() for panel in ("", "-2"))
     assert two["x"] >= one["x"] + one["width"] - 1 and abs(two["y"] - one["y"]) < 5, "side by side on a desktop"
     assert first["model"] != beside["model"]
@@ -67,7 +67,7 @@ def test_a_second_model_chosen_answers_beside_the_first_and_either_ones_branch_g
     expect(page.locator("body.suggestions-stale, body.suggestions-stale-2")).to_have_count(0)
     choose_second_model(page, "nothing")
     expect(page.locator("#suggestions-2")).to_be_hidden()
-    expect(page.locator("#plot-heading")).not_to_contain_text(cli.default_model_name())
+    expect(page.locator("#plot-heading")).not_to_contain_text(inference.default_model_name())
 
 
 def test_the_heatmap_colours_the_text_by_where_the_two_models_part(app_url, browser, tiny_model_dirs):
@@ -83,7 +83,7 @@ def test_the_heatmap_colours_the_text_by_where_the_two_models_part(app_url, brow
     expect(page.get_by_label("probability")).to_be_checked()  # meanwhile the first model's colours
     choose_second_model(page, tiny)
     page.get_by_label("where the models part").check()
-    compared = cli.compare(TEXT, [cli.default_model_name(), tiny], k=1, n_branches=0, session="expected")
+    compared = inference.compare(TEXT, [inference.default_model_name(), tiny], k=1, n_branches=0, session="expected")
     expect(page.locator("#heatmap")).to_contain_text("part most")
     spans = page.locator("#heatmap-text .tk")
     expect(spans).to_have_count(len(compared["tokens"]))
@@ -125,15 +125,15 @@ def test_a_long_texts_heatmap_shows_its_progress_then_fills_in_by_itself(app_url
     from ui.heatmap import bucket
 
     url, _ = app_url
-    reader = cli.backend().reader
+    reader = inference.backend().reader
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)  # partial answers on, with a small window
-    monkeypatch.setitem(reader._windows, cli.default_model_name(), 96)
+    monkeypatch.setitem(reader._windows, inference.default_model_name(), 96)
     text = " ".join(f"{i}. The keeper lit the lamp and watched the ships pass the rocks." for i in range(60))
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.goto(url)
     page.locator("#heatmap-on input").check()
     type_text(page, text)
-    model, tokenizer = cli.load_model(cli.default_model_name())
+    model, tokenizer = inference.load_model(inference.default_model_name())
     ids = tokenizer(text)["input_ids"]
     expect(page.locator("#heatmap-progress")).to_contain_text(f"of {len(ids):,} tokens")
     expect(page.locator("#heatmap-progress")).to_have_count(0)

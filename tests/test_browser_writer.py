@@ -7,7 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from browser import (  # skips without chromium
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -48,7 +48,7 @@ def page(request, app_url):
 
 def branch(text: str, index: int, caret: int | None = None) -> str:
     """The engine's branch `index` for `text` at `caret`, as the page shows it."""
-    return cli.lookahead(text, 5, 3, session="writer-expectation", caret=caret)["branches"][index]["text"]
+    return inference.lookahead(text, 5, 3, session="writer-expectation", caret=caret)["branches"][index]["text"]
 
 
 def assert_never_covered_nor_refused(seen: list[dict]) -> None:
@@ -177,7 +177,7 @@ def _written_by_continue(text: str, value: str, typed: str = "") -> str:
     """What Continue wrote into `value` after `text` (before `typed`): a start of its greedy continuation."""
     assert value.startswith(text) and value.endswith(typed), value
     written = value[len(text):len(value) - len(typed)]
-    assert written and cli.generate(text, 256, "greedy")["text"].startswith(written), written
+    assert written and inference.generate(text, 256, "greedy")["text"].startswith(written), written
     return written
 
 

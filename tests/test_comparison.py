@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead import comparison
 from reference import possible_ranks, possible_tops
 
@@ -33,7 +33,7 @@ def js_reference(logp: np.ndarray, logq: np.ndarray) -> float:
 @pytest.mark.parametrize("text", TEXTS)
 def test_both_models_rows_and_divergence_equal_full_forwards(embedded, tiny_model_dirs, text, chunk, monkeypatch):
     monkeypatch.setattr(comparison, "SCORE_CHUNK", chunk)  # 7: several chunks, a boundary inside the text
-    models = (embedded[0], cli.load_model(tiny_model_dirs["llama"])[0])
+    models = (embedded[0], inference.load_model(tiny_model_dirs["llama"])[0])
     tokenizer = embedded[1]
     vocab = len(tokenizer)
     ids = torch.tensor([tokenizer(text)["input_ids"]])
@@ -55,7 +55,7 @@ def test_both_models_rows_and_divergence_equal_full_forwards(embedded, tiny_mode
 def test_a_kept_comparison_reads_only_what_changed_and_equals_a_fresh_one(embedded, tiny_model_dirs, edit,
                                                                         monkeypatch):
     monkeypatch.setattr(comparison, "SCORE_CHUNK", 5)
-    models = (embedded[0], cli.load_model(tiny_model_dirs["llama"])[0])
+    models = (embedded[0], inference.load_model(tiny_model_dirs["llama"])[0])
     tokenizer = embedded[1]
     first = tokenizer(TEXTS[0])["input_ids"]
     second = {"append": first + tokenizer(" then rested")["input_ids"], "edit": first[:4] + first[6:],
@@ -124,12 +124,12 @@ def other_tokenizer_model(tmp_path_factory) -> str:
 
 
 def test_compare_answers_as_each_model_alone_and_as_full_forwards(embedded, tiny_model_dirs):
-    names = [cli.default_model_name(), tiny_model_dirs["llama"]]
-    result = cli.compare(TEXT, names, k=5, n_branches=3, depth=2, session="compare")
+    names = [inference.default_model_name(), tiny_model_dirs["llama"]]
+    result = inference.compare(TEXT, names, k=5, n_branches=3, depth=2, session="compare")
     assert result["models"] == names and result["per"] == "token" and result["words"] is None
     tokenizer = embedded[1]
     ids = torch.tensor([tokenizer(TEXT)["input_ids"]])
-    rows = [reference(cli.load_model(name)[0], ids, len(tokenizer)) for name in names]
+    rows = [reference(inference.load_model(name)[0], ids, len(tokenizer)) for name in names]
     tokens = result["tokens"]
     assert [t["token_id"] for t in tokens] == ids[0].tolist()
     assert "".join(TEXT[t["start"]:t["end"]] for t in tokens) == TEXT
@@ -143,45 +143,45 @@ def test_compare_answers_as_each_model_alone_and_as_full_forwards(embedded, tiny
     assert result["next"]["js"] == pytest.approx(js_reference(rows[0][-1], rows[1][-1]), abs=1e-4)
     for m, name in enumerate(names):
         assert [e["token_id"] for e in result["next"]["distributions"][m]] == [
-            e["token_id"] for e in cli.next_token_distribution(TEXT, 5, model_name=name, session="alone")]
+            e["token_id"] for e in inference.next_token_distribution(TEXT, 5, model_name=name, session="alone")]
         for entry in result["next"]["distributions"][m]:
             assert entry["prob"] == pytest.approx(math.exp(rows[m][-1][entry["token_id"]]), abs=1e-4)
-        alone = cli.lookahead(TEXT, 3, 2, model_name=name, session="alone")["branches"]
+        alone = inference.lookahead(TEXT, 3, 2, model_name=name, session="alone")["branches"]
         assert [b["token_ids"] for b in result["branches"][m]] == [b["token_ids"] for b in alone]
 
 
 @pytest.mark.parametrize("caret", [TEXT.index(" climbed"), TEXT.index(" climbed") - 2], ids=["between", "in a word"])
 def test_compare_at_a_caret_suggests_there_and_still_compares_the_whole_text(embedded, tiny_model_dirs, caret):
-    names = [cli.default_model_name(), tiny_model_dirs["llama"]]
-    cli.compare(TEXT, names, n_branches=2, depth=2, session="compare caret")  # the whole text read, and kept
-    result = cli.compare(TEXT, names, n_branches=2, depth=2, caret=caret, session="compare caret")
+    names = [inference.default_model_name(), tiny_model_dirs["llama"]]
+    inference.compare(TEXT, names, n_branches=2, depth=2, session="compare caret")  # the whole text read, and kept
+    result = inference.compare(TEXT, names, n_branches=2, depth=2, caret=caret, session="compare caret")
     assert result["tokens"][-1]["end"] == len(TEXT)
     tokenizer = embedded[1]
     before = torch.tensor([tokenizer(TEXT[:caret])["input_ids"]])
-    rows = [reference(cli.load_model(name)[0], before, len(tokenizer)) for name in names]
+    rows = [reference(inference.load_model(name)[0], before, len(tokenizer)) for name in names]
     assert result["next"]["js"] == pytest.approx(js_reference(rows[0][-1], rows[1][-1]), abs=1e-4)
     for m, name in enumerate(names):
-        alone = cli.lookahead(TEXT, 2, 2, model_name=name, caret=caret, session="alone caret")["branches"]
+        alone = inference.lookahead(TEXT, 2, 2, model_name=name, caret=caret, session="alone caret")["branches"]
         assert [b["text"] for b in result["branches"][m]] == [b["text"] for b in alone]
 
 
 def test_no_branches_compares_the_text_alone(embedded, tiny_model_dirs):
-    names = [cli.default_model_name(), tiny_model_dirs["llama"]]
-    alone = cli.compare(TEXT, names, n_branches=0, session="text alone")
-    full = cli.compare(TEXT, names, session="with branches")
+    names = [inference.default_model_name(), tiny_model_dirs["llama"]]
+    alone = inference.compare(TEXT, names, n_branches=0, session="text alone")
+    full = inference.compare(TEXT, names, session="with branches")
     assert alone["branches"] == [[], []] and full["branches"][0]
     assert alone["tokens"] == full["tokens"] and alone["next"] == full["next"]
 
 
 def test_models_with_other_tokenizers_are_compared_per_word(embedded, other_tokenizer_model):
-    names = [cli.default_model_name(), other_tokenizer_model]
-    result = cli.compare(TEXT, names, n_branches=2, depth=2, session="compare words")
+    names = [inference.default_model_name(), other_tokenizer_model]
+    result = inference.compare(TEXT, names, n_branches=2, depth=2, session="compare words")
     assert result["per"] == "word" and result["tokens"] is None and result["next"]["js"] is None
     words = result["words"]
     assert "".join(w["text"] for w in words) == TEXT and words[0]["start"] == 0 and words[-1]["end"] == len(TEXT)
     assert len(words) > 5, "most words end where both tokenizers end a token"
     for m, name in enumerate(names):
-        model, tokenizer = cli.load_model(name)
+        model, tokenizer = inference.load_model(name)
         encoding = tokenizer(TEXT, return_offsets_mapping=True)
         ids = torch.tensor([encoding["input_ids"]])
         logprobs = reference(model, ids, len(tokenizer))
@@ -193,6 +193,6 @@ def test_models_with_other_tokenizers_are_compared_per_word(embedded, other_toke
 
 
 def test_compare_refuses_anything_but_two_models(embedded):
-    for models in (None, [], [cli.default_model_name()], ["a", "b", "c"], [cli.default_model_name(), ""]):
+    for models in (None, [], [inference.default_model_name()], ["a", "b", "c"], [inference.default_model_name(), ""]):
         with pytest.raises(ValueError, match="models"):
-            cli.compare(TEXT, models)
+            inference.compare(TEXT, models)

@@ -13,7 +13,7 @@ import pytest
 import regex
 import torch
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead import constraints
 from lookahead.constraints import check_constraint
 from lookahead.healing import token_texts
@@ -30,9 +30,9 @@ PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
 
 def guide_after(text: str, constraint: dict, model_name: str | None, session: str):
     """The constraint's state after `text`, as the engine keeps it for the session."""
-    model, tokenizer = cli.load_model(model_name)
-    name = model_name or cli.default_model_name()
-    _, guide = cli.backend().matchers.context_and_guide(
+    model, tokenizer = inference.load_model(model_name)
+    name = model_name or inference.default_model_name()
+    _, guide = inference.backend().matchers.context_and_guide(
         (name, session), check_constraint(constraint, text), tokenizer, text, text, None, stop_tokens(name),
         model.config.get_text_config().vocab_size, model.device)
     return guide
@@ -90,15 +90,15 @@ def eos_of(model) -> int:
     ("regex", DATE, DATE, "2024-0"),
 ])
 def test_valid_tokens_equal_partial_matching_over_the_vocabulary(model_name, kind, value, pattern, written):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     text = "Answer:" + written
     constraint = {"type": kind, "value": value, "start": len("Answer:")}
     vocab = model.config.get_text_config().vocab_size
-    entries = cli.next_token_distribution(text, cli.MAX_TOP_K, constraint=constraint, model_name=model_name)
+    entries = inference.next_token_distribution(text, inference.MAX_TOP_K, constraint=constraint, model_name=model_name)
     expected = reference_valid(tokenizer, pattern, written, vocab, eos_of(model))
     checked = comparable(tokenizer, vocab)
     # the whole vocabulary, through the engine's own state after the text
-    model_, _ = cli.load_model(model_name)
+    model_, _ = inference.load_model(model_name)
     guide = guide_after(text, constraint, model_name, "s")
     valid = guide.valid().cpu()
     assert torch.equal(valid[checked], expected[checked]), torch.nonzero(valid[checked] != expected[checked])[:5]
@@ -136,9 +136,11 @@ def reference_constrained_greedy(model, tokenizer, ids: list[int], valid_after, 
 def test_branches_start_valid_continue_under_the_constraint_and_end_where_it_completes(
     model_name, kind, value, pattern
 ):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     text = "Question: is it done? Answer: "
-    result = cli.lookahead(text, 4, 6, constraint={"type": kind, "value": value, "start": None}, model_name=model_name)
+    result = inference.lookahead(
+        text, 4, 6, constraint={"type": kind, "value": value, "start": None}, model_name=model_name
+    )
     # healing: the trailing space is backed up, and the constraint starts after it
     ids = tokenizer(text[:-1])["input_ids"]
     vocab, eos = model.config.get_text_config().vocab_size, eos_of(model)
@@ -185,19 +187,19 @@ def test_branches_start_valid_continue_under_the_constraint_and_end_where_it_com
 def test_a_start_inside_a_word_is_healed_the_constraint_continues_the_letters_written(embedded):
     text = "Is the sky blue? The answer is y"  # " y" is one token that straddles the start
     start = len(text) - 1
-    result = cli.lookahead(text, 3, 4, constraint={"type": "choice", "value": CHOICES, "start": start})
+    result = inference.lookahead(text, 3, 4, constraint={"type": "choice", "value": CHOICES, "start": start})
     assert {b["text"] for b in result["branches"]} <= {"es"}
     assert all(b["ends"] for b in result["branches"])
-    out = cli.generate(text, 5, constraint={"type": "choice", "value": CHOICES, "start": start})
+    out = inference.generate(text, 5, constraint={"type": "choice", "value": CHOICES, "start": start})
     assert out["text"] == "es"
 
 
 def test_continue_is_constrained_greedy_and_lookahead_decoding_stays_exact(model_name):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     text = "Today's date, written as year-month-day:"
     constraint = {"type": "regex", "value": " " + DATE, "start": None}
-    greedy = cli.generate(text, 12, "greedy", constraint=constraint, model_name=model_name)
-    fast = cli.generate(text, 12, "lookahead", constraint=constraint, model_name=model_name)
+    greedy = inference.generate(text, 12, "greedy", constraint=constraint, model_name=model_name)
+    fast = inference.generate(text, 12, "lookahead", constraint=constraint, model_name=model_name)
     assert fast["token_ids"] == greedy["token_ids"]
     ids = tokenizer(text)["input_ids"]
     eos = eos_of(model)
@@ -212,7 +214,7 @@ def test_continue_is_constrained_greedy_and_lookahead_decoding_stays_exact(model
 
 def test_json_schema_continuations_parse_and_fit_the_schema(embedded):
     for method in ("greedy", "lookahead"):
-        out = cli.generate("A person, as JSON: ", 60, method,
+        out = inference.generate("A person, as JSON: ", 60, method,
                            constraint={"type": "json_schema", "value": json.dumps(PERSON)})
         person = json.loads(out["text"])
         assert set(person) == {"name", "age"} and isinstance(person["name"], str) and isinstance(person["age"], int)
@@ -220,17 +222,17 @@ def test_json_schema_continuations_parse_and_fit_the_schema(embedded):
 
 def test_chat_mode_constrains_the_reply(embedded):
     messages = [{"role": "user", "content": "Is the sky blue? Answer yes or no."}]
-    result = cli.lookahead("", 2, 4, messages=messages, constraint={"type": "choice", "value": ["yes", "no"]})
+    result = inference.lookahead("", 2, 4, messages=messages, constraint={"type": "choice", "value": ["yes", "no"]})
     assert {b["text"] for b in result["branches"]} == {"yes", "no"}
     assert all(b["ends"] for b in result["branches"])
-    partly = cli.lookahead("n", 2, 3, messages=messages,
+    partly = inference.lookahead("n", 2, 3, messages=messages,
                            constraint={"type": "choice", "value": ["yes", "no"], "start": 0})
     assert [b["text"] for b in partly["branches"]] == ["o"]
 
 
 def test_a_grammar_constraint(embedded):
     grammar = 'start: "The answer is " ANSWER "."\nANSWER: "yes" | "no"'
-    out = cli.generate("Q: Is water wet?\nA: ", 12, constraint={"type": "grammar", "value": grammar})
+    out = inference.generate("Q: Is water wet?\nA: ", 12, constraint={"type": "grammar", "value": grammar})
     assert out["text"] in ("The answer is yes.", "The answer is no.")
 
 
@@ -238,12 +240,12 @@ def test_a_click_advances_the_sessions_matcher_by_the_new_tokens_only(embedded):
     _, tokenizer = embedded
     constraint = {"type": "json_schema", "value": PERSON, "start": 10}
     text = "A person: " + '{"name": "Ada'
-    first = cli.lookahead(text, 2, 3, constraint=constraint, session="click")
+    first = inference.lookahead(text, 2, 3, constraint=constraint, session="click")
     taken = text + first["branches"][0]["text"]
     guide = guide_after(taken, constraint, None, "click")
     assert guide.reused >= len(tokenizer(text[10:])["input_ids"]) - 1
-    fresh = cli.lookahead(taken, 2, 3, constraint=constraint, session="other")
-    kept = cli.lookahead(taken, 2, 3, constraint=constraint, session="click")
+    fresh = inference.lookahead(taken, 2, 3, constraint=constraint, session="other")
+    kept = inference.lookahead(taken, 2, 3, constraint=constraint, session="click")
     assert [b["token_ids"] for b in kept["branches"]] == [b["token_ids"] for b in fresh["branches"]]
 
 
@@ -255,7 +257,7 @@ def test_compiled_grammars_are_kept_per_session_and_never_shared(embedded, monke
     compile_ = constraints._compile
     monkeypatch.setattr(constraints, "_compile", lambda *args: compiles.append(args) or compile_(*args))
     store = constraints.MatcherStore()
-    name = cli.default_model_name()
+    name = inference.default_model_name()
     constraint = check_constraint({"type": "choice", "value": CHOICES, "start": 0}, "")
     eos, vocab = stop_tokens(name), model.config.get_text_config().vocab_size
 
@@ -279,7 +281,7 @@ def test_compiled_grammars_are_kept_per_session_and_never_shared(embedded, monke
 
 
 def test_presence_and_frequency_penalties_follow_openais_formula(model_name):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     text = "the cat and the dog and the cat and the"
     ids = tokenizer(text)["input_ids"]
     counts = torch.bincount(torch.tensor(ids), minlength=model.config.get_text_config().vocab_size).float()
@@ -288,24 +290,24 @@ def test_presence_and_frequency_penalties_follow_openais_formula(model_name):
     shaped = (logits - 0.7 * (counts > 0).float() - 0.4 * counts) / 0.8
     kept = shaped >= shaped.topk(20).values[-1]
     final = torch.softmax(shaped.masked_fill(~kept, float("-inf")), -1)
-    for e in cli.next_token_distribution(text, 30, model_name=model_name, **settings):
+    for e in inference.next_token_distribution(text, 30, model_name=model_name, **settings):
         assert e["p_final"] == pytest.approx(float(final[e["token_id"]]), abs=1e-5)
         assert e["kept"] == bool(kept[e["token_id"]])
 
 
 def test_stop_strings_cut_continuations_and_branches_before_the_first_one_completed(embedded):
     text = "Once upon a time"
-    plain = cli.generate(text, 40, "greedy")["text"]
+    plain = inference.generate(text, 40, "greedy")["text"]
     stop = [",", " was"]
     cut = min(plain.find(s) for s in stop if s in plain)
     assert cut >= 0
     for method in ("greedy", "lookahead"):
-        out = cli.generate(text, 40, method, stop=stop)
+        out = inference.generate(text, 40, method, stop=stop)
         assert out["text"] == plain[:cut]
         assert out["stop"] == next(s for s in stop if plain.find(s) == cut)
         assert "".join(out["token_texts"]) == out["text"]
-    free = cli.lookahead(text, 4, 8)
-    stopped = cli.lookahead(text, 4, 8, stop=[","])
+    free = inference.lookahead(text, 4, 8)
+    stopped = inference.lookahead(text, 4, 8, stop=[","])
     for a, b in zip(free["branches"], stopped["branches"]):
         if "," in a["text"]:
             assert b["text"] == a["text"][: a["text"].index(",")] and b["stop"] == "," and not b["ends"]
@@ -315,7 +317,7 @@ def test_stop_strings_cut_continuations_and_branches_before_the_first_one_comple
 
 
 def tokenizer_text(ids: list[int]) -> str:
-    return cli.load_model()[1].decode(ids)
+    return inference.load_model()[1].decode(ids)
 
 
 @pytest.mark.parametrize("constraint,message", [
@@ -332,14 +334,14 @@ def tokenizer_text(ids: list[int]) -> str:
 ])
 def test_bad_constraints_get_clear_errors(embedded, constraint, message):
     with pytest.raises(ValueError, match=message):
-        cli.lookahead("abc def", constraint=constraint)
+        inference.lookahead("abc def", constraint=constraint)
 
 
 @pytest.mark.parametrize("stop,message", [(["a"] * 9, "at most 8"), ([""], "non-empty"), ([3], "non-empty"),
                                           ({"s": 1}, "a string or a list")])
 def test_bad_stops_get_clear_errors(embedded, stop, message):
     with pytest.raises(ValueError, match=message):
-        cli.generate("abc", 4, stop=stop)
+        inference.generate("abc", 4, stop=stop)
 
 
 
@@ -348,7 +350,7 @@ def test_a_constraint_that_writes_several_tokens_by_itself_leads_every_branch_wi
     depth, and the distribution is the one at the choice."""
     model, tokenizer = embedded
     text = "Which Paris? The city:"
-    result = cli.lookahead(text, 3, 2, constraint={"type": "choice", "value": ["Paris, France", "Paris, Texas"],
+    result = inference.lookahead(text, 3, 2, constraint={"type": "choice", "value": ["Paris, France", "Paris, Texas"],
                                                     "start": None})
     forced = result["forced"]
     assert forced is not None and "Paris, France".startswith(forced["text"]) and forced["text"].startswith("Paris")
@@ -362,6 +364,6 @@ def test_a_constraint_that_writes_several_tokens_by_itself_leads_every_branch_wi
     logprobs = torch.log_softmax(next_logits(model, tokenizer(text)["input_ids"] + forced["token_ids"]).float(), -1)
     for entry in result["distribution"]:
         assert entry["logprob"] == pytest.approx(float(logprobs[entry["token_id"]]), abs=1e-4)
-    very_next = cli.next_token_distribution(text, 5, constraint={"type": "choice",
+    very_next = inference.next_token_distribution(text, 5, constraint={"type": "choice",
                                                                  "value": ["Paris, France", "Paris, Texas"]})
     assert [e["token_id"] for e in very_next if e["valid"]] == forced["token_ids"][:1], "not skipped"

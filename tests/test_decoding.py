@@ -6,7 +6,7 @@ import textwrap
 import pytest
 import torch
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead.cpu_linear import ROWS, TRANSPOSED_ROWS, MeasuredLinear, PassCosts, use_linear_path
 from lookahead.decoding import (
     NGRAM,
@@ -39,11 +39,11 @@ def transformers_greedy(model, tokenizer, text, n, **kwargs) -> list[int]:
 @pytest.mark.parametrize("prompt", PROMPTS)
 @pytest.mark.parametrize("method", ["lookahead", "greedy"])
 def test_tokens_equal_transformers_greedy_generate(model_name, prompt, method):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     n = 12 if model_name.startswith("/") else 40  # tiny models have a 64-token context
     text = PROMPTS[prompt][-150:] if model_name.startswith("/") else PROMPTS[prompt]
     expected = transformers_greedy(model, tokenizer, text, n)
-    result = cli.generate(text, n, method, model_name=model_name)
+    result = inference.generate(text, n, method, model_name=model_name)
     assert result["token_ids"] == expected
     assert sum(result["accepted_per_pass"]) == len(result["token_ids"]) == len(result["draft_source_per_token"])
     assert result["forward_passes"] == len(result["accepted_per_pass"])
@@ -52,11 +52,11 @@ def test_tokens_equal_transformers_greedy_generate(model_name, prompt, method):
 
 
 def test_repetitive_text_takes_fewer_passes_than_tokens(embedded):
-    result = cli.generate(PROMPTS["repetition"], 30, "lookahead")
+    result = inference.generate(PROMPTS["repetition"], 30, "lookahead")
     assert result["forward_passes"] < len(result["token_ids"])
     assert max(result["accepted_per_pass"]) > 1
     assert set(result["draft_source_per_token"]) & set(SOURCES)
-    greedy = cli.generate(PROMPTS["repetition"], 30, "greedy")
+    greedy = inference.generate(PROMPTS["repetition"], 30, "greedy")
     assert greedy["forward_passes"] == len(greedy["token_ids"]) and set(greedy["draft_source_per_token"]) == {STEP}
 
 
@@ -70,7 +70,7 @@ def test_generation_stops_after_eos_like_transformers(embedded, method):
     model.generation_config.eos_token_id = eos
     try:
         expected = transformers_greedy(model, tokenizer, text, 20)
-        result = cli.generate(text, 20, method)
+        result = inference.generate(text, 20, method)
     finally:
         model.generation_config.eos_token_id = original
     assert result["token_ids"] == expected and result["token_ids"][-1] == eos
@@ -78,15 +78,15 @@ def test_generation_stops_after_eos_like_transformers(embedded, method):
 
 
 def test_streaming_grows_pass_by_pass_to_the_final_result(embedded):
-    steps = list(cli.generate_stream(PROMPTS["list"], 12, "lookahead"))
+    steps = list(inference.generate_stream(PROMPTS["list"], 12, "lookahead"))
     assert [len(s["accepted_per_pass"]) for s in steps] == list(range(1, len(steps) + 1))
     assert all(a["token_ids"] == b["token_ids"][: len(a["token_ids"])] for a, b in zip(steps, steps[1:]))
-    assert steps[-1] == {**cli.generate(PROMPTS["list"], 12, "lookahead"), "seconds": steps[-1]["seconds"]}
+    assert steps[-1] == {**inference.generate(PROMPTS["list"], 12, "lookahead"), "seconds": steps[-1]["seconds"]}
 
 
 @pytest.mark.parametrize("n", [1, 2, 7])
 def test_max_new_tokens_is_exact(embedded, n):
-    result = cli.generate(PROMPTS["repetition"], n, "lookahead")
+    result = inference.generate(PROMPTS["repetition"], n, "lookahead")
     assert len(result["token_ids"]) == n
 
 
@@ -95,13 +95,13 @@ def test_max_new_tokens_is_exact(embedded, n):
     [
         ({"text": ""}, "empty"),
         ({"text": "x", "max_new_tokens": 0}, "max_new_tokens"),
-        ({"text": "x", "max_new_tokens": cli.MAX_NEW_TOKENS + 1}, "max_new_tokens"),
+        ({"text": "x", "max_new_tokens": inference.MAX_NEW_TOKENS + 1}, "max_new_tokens"),
         ({"text": "x", "method": "beam"}, "method"),
     ],
 )
 def test_bad_generate_arguments_raise_clear_value_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        cli.generate(**kwargs)
+        inference.generate(**kwargs)
 
 
 def test_pool_drafts_what_followed_the_longest_recent_match():
@@ -186,7 +186,7 @@ def test_plain_steps_when_guessing_cannot_pay_and_the_same_tokens_either_way(emb
 
 def test_guesses_stop_where_the_tokens_wanted_and_the_context_end(tiny_model_dirs):
     """GPT-2's positions end at its context: a guess past the last token wanted would index past them."""
-    model, tokenizer = cli.load_model(tiny_model_dirs["gpt2"])
+    model, tokenizer = inference.load_model(tiny_model_dirs["gpt2"])
     context = model.config.n_positions
     prompt = tokenizer(" a b" * context)["input_ids"][: context // 2]
     wanted = context - len(prompt)  # up to the context's last position

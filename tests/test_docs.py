@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from api_client import Client
 from lookahead.backends.in_process import InProcess
 from lookahead.backends.server import vllm as vllm_backend
@@ -133,8 +133,8 @@ def test_an_endpoints_signature_is_its_functions(app, name):
 
 
 def test_every_public_name_is_documented():
-    public = set(cli.__all__)
-    functions = {name for name in public if inspect.isfunction(getattr(cli, name))}
+    public = set(inference.__all__)
+    functions = {name for name in public if inspect.isfunction(getattr(inference, name))}
     assert set(signature_block("python")) == functions
     for name in public - functions:  # constants, the exception class
         assert f"`{name}`" in DOC, f"docs/api.md does not mention custom_llm_inference.{name}"
@@ -143,7 +143,7 @@ def test_every_public_name_is_documented():
 @pytest.mark.parametrize("name", sorted(signature_block("python")))
 def test_a_python_functions_signature_is_its_own(name):
     stub = signature_block("python")[name]
-    fn = getattr(cli, name)
+    fn = getattr(inference, name)
     assert documented(stub) == actual(fn)
     assert annotation(stub.returns) == annotation(inspect.signature(fn).return_annotation)
 
@@ -194,7 +194,7 @@ def limits_table() -> dict[str, list[str]]:
 
 
 def attribution_with(**arguments):
-    return next(cli.attribution_stream("x", **arguments))
+    return next(inference.attribution_stream("x", **arguments))
 
 
 @dataclass(frozen=True)
@@ -229,59 +229,121 @@ def beyond(low: float, high: float) -> list:
 
 def sampling(name: str) -> Limit:
     low, high = LIMITS[name]
-    return Limit(lambda: [low, high], lambda: beyond(low, high), lambda v: cli.lookahead("x", **{name: v}), name)
+    return Limit(lambda: [low, high], lambda: beyond(low, high), lambda v: inference.lookahead("x", **{name: v}), name)
 
 
 USER = {"role": "user", "content": "x"}
 LIMIT_ROWS = {
-    "`n_branches`": Limit(lambda: [1, cli.MAX_BRANCHES], lambda: beyond(1, cli.MAX_BRANCHES),
-                          lambda v: cli.lookahead("x", n_branches=v), "n_branches"),
-    "`depth`": Limit(lambda: [1, cli.MAX_DEPTH], lambda: beyond(1, cli.MAX_DEPTH),
-                     lambda v: cli.lookahead("x", depth=v), "depth"),
-    "`k` of `next_token_distribution`": Limit(lambda: [1, cli.MAX_TOP_K], lambda: beyond(1, cli.MAX_TOP_K),
-                                              lambda v: cli.next_token_distribution("x", k=v), names="k"),
-    "`k` of `token_probabilities`": Limit(lambda: [1, MAX_ALTERNATIVES], lambda: beyond(1, MAX_ALTERNATIVES),
-                                          lambda v: cli.token_probabilities("x", k=v), names="k"),
-    "`max_new_tokens`": Limit(lambda: [1, cli.MAX_NEW_TOKENS], lambda: beyond(1, cli.MAX_NEW_TOKENS),
-                              lambda v: cli.generate("x", v), "n_tokens", "max_new_tokens"),
+    "`n_branches`": Limit(
+        lambda: [1, inference.MAX_BRANCHES],
+        lambda: beyond(1, inference.MAX_BRANCHES),
+        lambda v: inference.lookahead("x", n_branches=v),
+        "n_branches",
+    ),
+    "`depth`": Limit(
+        lambda: [1, inference.MAX_DEPTH],
+        lambda: beyond(1, inference.MAX_DEPTH),
+        lambda v: inference.lookahead("x", depth=v),
+        "depth",
+    ),
+    "`k` of `next_token_distribution`": Limit(
+        lambda: [1, inference.MAX_TOP_K],
+        lambda: beyond(1, inference.MAX_TOP_K),
+        lambda v: inference.next_token_distribution("x", k=v),
+        names="k",
+    ),
+    "`k` of `token_probabilities`": Limit(
+        lambda: [1, MAX_ALTERNATIVES],
+        lambda: beyond(1, MAX_ALTERNATIVES),
+        lambda v: inference.token_probabilities("x", k=v),
+        names="k",
+    ),
+    "`max_new_tokens`": Limit(
+        lambda: [1, inference.MAX_NEW_TOKENS],
+        lambda: beyond(1, inference.MAX_NEW_TOKENS),
+        lambda v: inference.generate("x", v),
+        "n_tokens",
+        "max_new_tokens",
+    ),
     "`temperature`": sampling("temperature"),
-    "`top_k`": Limit(lambda: [0, cli.MAX_TOP_K], lambda: beyond(0, cli.MAX_TOP_K),
-                     lambda v: cli.lookahead("x", top_k=v), "top_k"),
+    "`top_k`": Limit(
+        lambda: [0, inference.MAX_TOP_K],
+        lambda: beyond(0, inference.MAX_TOP_K),
+        lambda v: inference.lookahead("x", top_k=v),
+        "top_k",
+    ),
     "`top_p`": sampling("top_p"),
     "`min_p`": sampling("min_p"),
     "`repetition_penalty`": sampling("repetition_penalty"),
     "`presence_penalty`, `frequency_penalty`": sampling("presence_penalty"),  # the same range: checked below
-    "`seed`": Limit(lambda: [0, cli.MAX_SEED], lambda: beyond(0, cli.MAX_SEED),
-                    lambda v: cli.lookahead("x", seed=v), "seed"),
-    "stop strings: how many": Limit(lambda: [cli.MAX_STOPS], lambda: [["a"] * (cli.MAX_STOPS + 1)],
-                                    lambda v: cli.lookahead("x", stop=v), names="stop"),
-    "stop strings: length": Limit(lambda: [1, cli.MAX_STOP_CHARS], lambda: ["", "a" * (cli.MAX_STOP_CHARS + 1)],
-                                  lambda v: cli.lookahead("x", stop=[v]), names="stop"),
-    "attribution `steps`": Limit(lambda: [1, cli.MAX_STEPS], lambda: beyond(1, cli.MAX_STEPS),
-                                 lambda v: attribution_with(steps=v), names="steps"),
-    "attribution `window`": Limit(lambda: [1, cli.MAX_WINDOW], lambda: beyond(1, cli.MAX_WINDOW),
-                                  lambda v: attribution_with(window=v), names="window"),
-    "`text`": Limit(lambda: [cli.MAX_TEXT_CHARS], lambda: ["", "x" * (cli.MAX_TEXT_CHARS + 1)], cli.lookahead,
-                    names="text"),
-    "`caret`": Limit(lambda: [0], lambda: [-1, 2, 0], lambda v: cli.lookahead("x", caret=v), names="caret"),
-    "`fit_tokens`": Limit(lambda: [0, cli.MAX_FIT_TOKENS], lambda: beyond(0, cli.MAX_FIT_TOKENS),
-                          lambda v: cli.lookahead("x", fit_tokens=v), names="fit_tokens"),
-    "`messages`": Limit(lambda: [MAX_MESSAGES, cli.MAX_TEXT_CHARS],
-                        lambda: [[USER] * (MAX_MESSAGES + 1), [{**USER, "content": "x" * (cli.MAX_TEXT_CHARS + 1)}]],
-                        lambda v: cli.lookahead("", messages=v), names="messages"),
-    "constraint: choices": Limit(lambda: [1, MAX_CHOICES], lambda: [[], ["a"] * (MAX_CHOICES + 1)],
-                                 lambda v: cli.lookahead("x", constraint={"type": "choice", "value": v}),
-                                 names="constraint"),
-    "constraint: `value` length": Limit(lambda: [MAX_VALUE_CHARS], lambda: ["a" * (MAX_VALUE_CHARS + 1)],
-                                        lambda v: cli.lookahead("x", constraint={"type": "regex", "value": v}),
-                                        names="constraint"),
+    "`seed`": Limit(
+        lambda: [0, inference.MAX_SEED],
+        lambda: beyond(0, inference.MAX_SEED),
+        lambda v: inference.lookahead("x", seed=v),
+        "seed",
+    ),
+    "stop strings: how many": Limit(
+        lambda: [inference.MAX_STOPS],
+        lambda: [["a"] * (inference.MAX_STOPS + 1)],
+        lambda v: inference.lookahead("x", stop=v),
+        names="stop",
+    ),
+    "stop strings: length": Limit(
+        lambda: [1, inference.MAX_STOP_CHARS],
+        lambda: ["", "a" * (inference.MAX_STOP_CHARS + 1)],
+        lambda v: inference.lookahead("x", stop=[v]),
+        names="stop",
+    ),
+    "attribution `steps`": Limit(
+        lambda: [1, inference.MAX_STEPS],
+        lambda: beyond(1, inference.MAX_STEPS),
+        lambda v: attribution_with(steps=v),
+        names="steps",
+    ),
+    "attribution `window`": Limit(
+        lambda: [1, inference.MAX_WINDOW],
+        lambda: beyond(1, inference.MAX_WINDOW),
+        lambda v: attribution_with(window=v),
+        names="window",
+    ),
+    "`text`": Limit(
+        lambda: [inference.MAX_TEXT_CHARS],
+        lambda: ["", "x" * (inference.MAX_TEXT_CHARS + 1)],
+        inference.lookahead,
+        names="text",
+    ),
+    "`caret`": Limit(lambda: [0], lambda: [-1, 2, 0], lambda v: inference.lookahead("x", caret=v), names="caret"),
+    "`fit_tokens`": Limit(
+        lambda: [0, inference.MAX_FIT_TOKENS],
+        lambda: beyond(0, inference.MAX_FIT_TOKENS),
+        lambda v: inference.lookahead("x", fit_tokens=v),
+        names="fit_tokens",
+    ),
+    "`messages`": Limit(
+        lambda: [MAX_MESSAGES, inference.MAX_TEXT_CHARS],
+        lambda: [[USER] * (MAX_MESSAGES + 1), [{**USER, "content": "x" * (inference.MAX_TEXT_CHARS + 1)}]],
+        lambda v: inference.lookahead("", messages=v),
+        names="messages",
+    ),
+    "constraint: choices": Limit(
+        lambda: [1, MAX_CHOICES],
+        lambda: [[], ["a"] * (MAX_CHOICES + 1)],
+        lambda v: inference.lookahead("x", constraint={"type": "choice", "value": v}),
+        names="constraint",
+    ),
+    "constraint: `value` length": Limit(
+        lambda: [MAX_VALUE_CHARS],
+        lambda: ["a" * (MAX_VALUE_CHARS + 1)],
+        lambda v: inference.lookahead("x", constraint={"type": "regex", "value": v}),
+        names="constraint",
+    ),
 }
 # The numbers a page cell names for a row without a control of its own: what the page uses instead.
 PAGE_NOTES = {
     "`k` of `token_probabilities`": lambda app: [HEATMAP_ALTERNATIVES],
-    "attribution `steps`": lambda app: [inspect.signature(cli.attribution).parameters["steps"].default],
-    "attribution `window`": lambda app: [inspect.signature(cli.attribution).parameters["window"].default],
-    "`fit_tokens`": lambda app: [inspect.signature(cli.lookahead).parameters["fit_tokens"].default],
+    "attribution `steps`": lambda app: [inspect.signature(inference.attribution).parameters["steps"].default],
+    "attribution `window`": lambda app: [inspect.signature(inference.attribution).parameters["window"].default],
+    "`fit_tokens`": lambda app: [inspect.signature(inference.lookahead).parameters["fit_tokens"].default],
 }
 
 
@@ -297,7 +359,7 @@ def test_an_api_limit_is_the_codes(label):
 @pytest.mark.parametrize("label", LIMIT_ROWS)
 def test_an_api_limit_is_enforced(label, monkeypatch):
     """Each argument just past a documented bound is refused, naming it, before the request reaches a backend."""
-    monkeypatch.setattr(cli, "_backend", NoBackend())
+    monkeypatch.setattr(inference, "_backend", NoBackend())
     limit = LIMIT_ROWS[label]
     for value in limit.past():
         with pytest.raises(ValueError, match=limit.names or limit.page):
@@ -308,7 +370,7 @@ def test_the_presence_and_frequency_penalties_share_their_range(app):
     assert LIMITS["presence_penalty"] == LIMITS["frequency_penalty"]
     for penalty in ("presence_penalty", "frequency_penalty"):
         with pytest.raises(ValueError, match=penalty):
-            cli.lookahead("x", **{penalty: LIMITS[penalty][1] + 0.001})
+            inference.lookahead("x", **{penalty: LIMITS[penalty][1] + 0.001})
     presence, frequency = page_control(app, "presence_penalty"), page_control(app, "frequency_penalty")
     assert (presence.minimum, presence.maximum) == (frequency.minimum, frequency.maximum)
 

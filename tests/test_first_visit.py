@@ -6,7 +6,7 @@ import logging
 
 from playwright.sync_api import expect, sync_playwright
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from browser import (  # skips without chromium
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -53,7 +53,7 @@ def test_a_new_visitor_tries_every_mode_and_panel_once_and_meets_no_error(app_ur
         # Continue by a few tokens, then append typed text.
         page.get_by_label("Tokens to continue").fill("6")
         page.locator("#continue").click()
-        text += cli.generate(text, 6, "greedy")["text"]
+        text += inference.generate(text, 6, "greedy")["text"]
         expect_suggestions_for(page, text)
         page.locator("#extra textarea").fill(" Then")
         page.locator("#append").click()

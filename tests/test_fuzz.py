@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from api_client import Client
 
 FUNCTIONS = ["lookahead", "next_token_distribution", "generate", "token_probabilities", "compare"]
@@ -28,7 +28,7 @@ ODD_SCALARS = [None, True, "", "3", "x", [], {}, -1, 0, 1, 2, 2.5, 3, 1e-45, 1e-
 ODD_MESSAGES = [None, [], [{"role": "user", "content": "hi"}], [{"role": "bot", "content": "hi"}], [{"role": "user"}],
                 [{"role": "user", "content": None}], "hi", [["user", "hi"]]]
 # No other model's name: the Python functions load any model they are given.
-ODD_MODEL_NAMES = [None, "", 7, [], True, cli.default_model_name()]
+ODD_MODEL_NAMES = [None, "", 7, [], True, inference.default_model_name()]
 ODD_CONSTRAINTS = [None, {}, "regex", 7, {"type": "regex"}, {"type": "shape", "value": "x"},
                    {"type": "regex", "value": "[a-z ]+"}, {"type": "regex", "value": "(("},
                    {"type": "regex", "value": "[0-9]+", "start": 0}, {"type": "regex", "value": "x", "start": 99},
@@ -36,7 +36,7 @@ ODD_CONSTRAINTS = [None, {}, "regex", 7, {"type": "regex"}, {"type": "shape", "v
                    {"type": "grammar", "value": 'start: "a"+'}, {"type": "json_schema", "value": {"type": "object"}},
                    {"type": "json_schema", "value": "{"}, {"type": "json_schema", "value": 7}]
 ODD_STOPS = [None, "", ".", [","], [""], [7], ["a"] * 9, "x" * 201, {}, 7]
-PAIR = [cli.default_model_name()] * 2  # compare's models: the one model the app offers, twice
+PAIR = [inference.default_model_name()] * 2  # compare's models: the one model the app offers, twice
 ODD_MODELS = [None, [], "ab", 7, [PAIR[0]], [PAIR[0], ""], [PAIR[0], 7], PAIR * 2, {"a": 1}, PAIR]
 # By type, as a signature or the API info spells it once normalised (`kind`).
 ODD_VALUES = {"int": ODD_SCALARS, "float": ODD_SCALARS, "str": ODD_SCALARS, "None | int": ODD_SCALARS,
@@ -56,7 +56,7 @@ def kind(type_name: str) -> str:
 
 def signature_types(name: str) -> dict[str, str]:
     """The parameters of the public function `name` that are fuzzed, each with its type."""
-    parameters = inspect.signature(getattr(cli, name)).parameters.values()
+    parameters = inspect.signature(getattr(inference, name)).parameters.values()
     return {p.name: kind(p.annotation) for p in parameters if p.name not in NOT_FUZZED}
 
 
@@ -117,7 +117,7 @@ def test_every_fuzzed_parameter_has_odd_values_of_its_type(name):
 @pytest.mark.parametrize("name", FUNCTIONS)
 def test_fuzzed_arguments_work_or_name_the_argument(name, embedded):
     rng = random.Random(f"fuzz {name}")
-    fn, types = getattr(cli, name), signature_types(name)
+    fn, types = getattr(inference, name), signature_types(name)
     outcomes = {"ok": 0, "refused": 0}
     for _ in range(120):
         text, kwargs = rng.choice(ODD_TEXTS + ["ok"] * 10), random_arguments(rng, types)

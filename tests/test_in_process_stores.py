@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead import reading
 from lookahead.backends import make_backend
 from lookahead.backends.in_process import InProcess
@@ -39,14 +39,14 @@ def held(backend: InProcess) -> dict[str, set[str]]:
 
 
 def test_two_backends_on_different_models_answer_side_by_side_each_from_its_own_caches(embedded, tiny_model_dirs):
-    names = [cli.default_model_name(), tiny_model_dirs["llama"]]
+    names = [inference.default_model_name(), tiny_model_dirs["llama"]]
     backends = [make_backend("in-process") for _ in names]
     lookaheads = [LookaheadRequest(text=TEXT, session=SESSION, model_name=name, n_branches=2, depth=2)
                   for name in names]
     for backend, name, request in zip(backends, names, lookaheads):
-        assert backend.lookahead(request) == cli.lookahead(TEXT, 2, 2, session="alone", model_name=name)
+        assert backend.lookahead(request) == inference.lookahead(TEXT, 2, 2, session="alone", model_name=name)
         scores = ScoresRequest(text=TEXT, session=SESSION, model_name=name, k=3)
-        assert backend.scores(scores) == cli.token_probabilities(TEXT, 3, session="alone", model_name=name)
+        assert backend.scores(scores) == inference.token_probabilities(TEXT, 3, session="alone", model_name=name)
     for backend, name in zip(backends, names):
         assert list(backend.prefix_caches._entries) == list(backend.listings._last) == [(name, SESSION)]
 
@@ -54,27 +54,27 @@ def test_two_backends_on_different_models_answer_side_by_side_each_from_its_own_
     first.forget(SESSION)
     assert not any(held(first).values())
     assert list(second.prefix_caches._entries) == list(second.listings._last) == [(names[1], SESSION)]
-    again = cli.lookahead(TEXT, 2, 2, session="alone", model_name=names[1])  # warm, as the second backend is
+    again = inference.lookahead(TEXT, 2, 2, session="alone", model_name=names[1])  # warm, as the second backend is
     assert second.lookahead(lookaheads[1]) == again
 
 
 def test_forgetting_a_session_drops_everything_kept_for_it(embedded, tiny_model_dirs, monkeypatch):
     """A session with something in every store, its long text being read: after `end_session` nothing is kept for
     it, nor does anything of it run on."""
-    backend, default, tiny = cli.backend(), cli.default_model_name(), tiny_model_dirs["llama"]
-    cli.compare(TEXT, [default, tiny], 3, 2, 2, session=SESSION)
-    cli.token_probabilities(TEXT, 3, session=SESSION)
-    cli.lookahead(TEXT, 2, 2, session=SESSION, constraint={"type": "choice", "value": [" up", " down"],
+    backend, default, tiny = inference.backend(), inference.default_model_name(), tiny_model_dirs["llama"]
+    inference.compare(TEXT, [default, tiny], 3, 2, 2, session=SESSION)
+    inference.token_probabilities(TEXT, 3, session=SESSION)
+    inference.lookahead(TEXT, 2, 2, session=SESSION, constraint={"type": "choice", "value": [" up", " down"],
                                                            "start": None})
-    cli.lookahead(TEXT, 2, 2, session=SESSION, model_name=tiny, precompute=True)
+    inference.lookahead(TEXT, 2, 2, session=SESSION, model_name=tiny, precompute=True)
     assert backend.speculator.wait(JOIN_SECONDS)
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
     monkeypatch.setattr(reading, "READ_CHUNK_TOKENS", READ_CHUNK)
     monkeypatch.setitem(backend.reader._windows, default, READ_WINDOW)
-    cli.lookahead(LONG_TEXT, 2, 2, session=SESSION)  # answered from its last tokens while it is read
+    inference.lookahead(LONG_TEXT, 2, 2, session=SESSION)  # answered from its last tokens while it is read
     assert {store for store, sessions in held(backend).items() if SESSION not in sessions} == set()
 
-    cli.end_session(SESSION)
+    inference.end_session(SESSION)
     assert {store for store, sessions in held(backend).items() if SESSION in sessions} == set()
     assert scheduler.running(SESSION) == [] and backend.speculator.wait(JOIN_SECONDS)
 
@@ -83,14 +83,14 @@ def test_forgetting_a_session_drops_everything_kept_for_it(embedded, tiny_model_
 # once: the interpreter shuts down with both reads under way.
 EXITING_PROGRAM = """
 import gc
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead.backends import make_backend
 from lookahead.requests import ScoresRequest
 text = " ".join(["The harbour town woke slowly, and the keeper climbed the stairs of the old lighthouse."] * 300)
 dropped = make_backend("in-process")
-cli.token_probabilities(text, k=3)
+inference.token_probabilities(text, k=3)
 dropped.scores(ScoresRequest(text=text, k=3))
-print(len(cli.backend().reader._reads), len(dropped.reader._reads))
+print(len(inference.backend().reader._reads), len(dropped.reader._reads))
 del dropped
 gc.collect()
 """

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import torch
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead.backends.server.llama_cpp import LlamaCppPython, LlamaServer
 from lookahead.backends.server.openai import Named, likeliest_first, named_tokens
 from lookahead.models import EMBEDDED_MODEL, embedded_gguf_path, stop_tokens
@@ -78,14 +78,14 @@ def llama_server(embedded):
 
 @pytest.fixture
 def llama(llama_server):
-    backend = cli.use_backend("llama-cpp", llama_server.url)
+    backend = inference.use_backend("llama-cpp", llama_server.url)
     yield backend
-    cli.use_backend()
+    inference.use_backend()
 
 
 
 def tokenizer():
-    return cli.load_model()[1]
+    return inference.load_model()[1]
 
 
 def ask(url: str, prompt: str, **fields) -> dict:
@@ -108,7 +108,7 @@ def own_logprob(url: str, text: str, token: int) -> float:
 def test_the_distribution_is_the_servers_top_logprobs_and_the_models(llama, llama_server, text):
     """Its top tokens but those it names by a text several tokens share, where none of them writes it whole (a lone
     space is the space, at its own log-probability; a space and a piece of a character are not told apart)."""
-    ours = cli.next_token_distribution(text, 10, session="d")
+    ours = inference.next_token_distribution(text, 10, session="d")
     theirs = ask(llama_server.url, text, logprobs=20)["logprobs"]["top_logprobs"][0]
     named = named_tokens(tokenizer())
     own = {t: own_logprob(llama_server.url, text, named.whole[t]) for t in theirs if t in named.whole}
@@ -116,7 +116,7 @@ def test_the_distribution_is_the_servers_top_logprobs_and_the_models(llama, llam
     assert [token_text(e["token_id"]) for e in ours] == sorted(listed, key=listed.get, reverse=True)[:10]
     assert all(abs(e["logprob"] - listed[token_text(e["token_id"])]) < SAME_SERVER for e in ours)
     with in_process():
-        reference = {e["token_id"]: e["logprob"] for e in cli.next_token_distribution(text, 50)}
+        reference = {e["token_id"]: e["logprob"] for e in inference.next_token_distribution(text, 50)}
     assert ours[0]["token_id"] == next(iter(reference))
     assert all(abs(e["logprob"] - reference[e["token_id"]]) < DEQUANTISED for e in ours[:5])
 
@@ -127,9 +127,9 @@ def test_the_lone_space_is_in_the_distribution_at_its_own_log_probability(llama,
     its top the log-probability of the least likely of them there: the space is asked apart, and stands where the
     model puts it."""
     assert " " in list(ask(llama_server.url, text, logprobs=20)["logprobs"]["top_logprobs"][0])[:5]
-    ours = cli.next_token_distribution(text, 5, session="s")
+    ours = inference.next_token_distribution(text, 5, session="s")
     with in_process():
-        reference = cli.next_token_distribution(text, 5)
+        reference = inference.next_token_distribution(text, 5)
     mine, model = ({e["token_id"]: e["logprob"] for e in entries} for entries in (ours, reference))
     assert abs(mine[SPACE] - model[SPACE]) < DEQUANTISED
     assert abs(mine[SPACE] - own_logprob(llama_server.url, text, SPACE)) < SAME_SERVER
@@ -140,7 +140,7 @@ def test_the_lone_space_is_in_the_distribution_at_its_own_log_probability(llama,
 def test_each_branch_is_the_servers_greedy_continuation_of_its_first_token(llama, llama_server, text):
     """Sent as text: the server continues the text with the first token appended, as it reads it (" Fra" + "nce" as
     " France"). The model's own greedy continuation of that text parts from it only at a near tie."""
-    result = cli.lookahead(text, 5, 4, session="b")
+    result = inference.lookahead(text, 5, 4, session="b")
     firsts = [e["token_id"] for e in result["distribution"][:5]]
     assert [b["token_ids"][0] for b in result["branches"]] == firsts
     ids = tokenizer()(text)["input_ids"]
@@ -154,7 +154,7 @@ def test_each_branch_is_the_servers_greedy_continuation_of_its_first_token(llama
 def assert_parts_at_a_near_tie(prompt: str, theirs: str) -> None:
     """Where transformers' greedy continuation of `prompt` parts from `theirs`, the server's token is within
     2 x DEQUANTISED of transformers' choice there."""
-    model, tokens = cli.load_model()
+    model, tokens = inference.load_model()
     ids = tokens(prompt)["input_ids"]
     server = tokens(theirs, add_special_tokens=False)["input_ids"]
     for token in server:
@@ -171,9 +171,9 @@ def scored_against_the_model(text: str, messages: list[dict] | None = None) -> t
     each scored token's log-probability within DEQUANTISED of the engine's, and each unscored one either named by no
     one token's text or outside the model's top 5, and then said to be outside the N the server returned, less likely
     than each of them."""
-    ours = cli.token_probabilities(text, 5, session="h", messages=messages)["tokens"]
+    ours = inference.token_probabilities(text, 5, session="h", messages=messages)["tokens"]
     with in_process():
-        reference = cli.token_probabilities(text, 20, session="h", messages=messages)["tokens"]
+        reference = inference.token_probabilities(text, 20, session="h", messages=messages)["tokens"]
     named = named_tokens(tokenizer())
     scored = agreeing = 0
     for mine, model in zip(ours[1:], reference[1:]):
@@ -200,7 +200,7 @@ def test_the_heatmap_scores_each_token_at_its_own_position(llama, llama_server, 
     ids = tokenizer()(text)["input_ids"]
     echoed = ask(llama_server.url, text, echo=True, logprobs=1)["logprobs"]["top_logprobs"][: len(ids)]
     with in_process():
-        firsts = [t["alternatives"][0]["token"] for t in cli.token_probabilities(text, 1)["tokens"][1:]]
+        firsts = [t["alternatives"][0]["token"] for t in inference.token_probabilities(text, 1)["tokens"][1:]]
     as_it_comes = sum(top is not None and next(iter(top)) == first for top, first in zip(echoed[1:], firsts))
     assert as_it_comes < (1 - AGREEING) * positions
 
@@ -213,7 +213,7 @@ def test_the_heatmap_of_a_chat_reply_is_aligned_after_its_leading_bos(llama):
 
 def test_continue_streams_the_servers_greedy_continuation(llama, llama_server):
     text = TEXTS[0]
-    steps = list(cli.generate_stream(text, 24))
+    steps = list(inference.generate_stream(text, 24))
     assert len(steps) > 1 and steps[-1]["text"].startswith(steps[0]["text"])
     theirs = ask(llama_server.url, text, max_tokens=24)["text"]
     assert steps[-1]["text"] == theirs
@@ -234,12 +234,12 @@ def test_one_visitors_text_cannot_be_probed_through_the_servers_prefix_cache(lla
     length = len(tokenizer()(right)["input_ids"])
 
     def distribution(text: str, session: str):
-        return lambda: cli.next_token_distribution(text, 5, session=session)
+        return lambda: inference.next_token_distribution(text, 5, session=session)
 
     for guess in (right, wrong):
-        cli.next_token_distribution(LETTER, 5, session="victim")
+        inference.next_token_distribution(LETTER, 5, session="victim")
         assert max(prefix_hits(llama_server, distribution(guess, "attacker")), default=0) == 0
-    cli.next_token_distribution(LETTER, 5, session="victim")
+    inference.next_token_distribution(LETTER, 5, session="victim")
     assert max(prefix_hits(llama_server, distribution(LETTER + " Yours,", "victim"))) >= length
     raw = {}
     for name, guess in (("right", right), ("wrong", wrong)):
@@ -250,12 +250,12 @@ def test_one_visitors_text_cannot_be_probed_through_the_servers_prefix_cache(lla
 
 def test_visitors_at_once_take_turns_and_each_gets_its_own_answer(llama, llama_server):
     """Two visitors' calls at once, each on its own text: every answer is the one the server gives that text alone."""
-    alone = {text: cli.next_token_distribution(text, 5, session="alone") for text in TEXTS[:2]}
+    alone = {text: inference.next_token_distribution(text, 5, session="alone") for text in TEXTS[:2]}
     answers: dict[str, list] = {text: [] for text in alone}
 
     def visitor(text: str) -> None:
         for _ in range(3):
-            answers[text].append(cli.next_token_distribution(text, 5, session=text[:10]))
+            answers[text].append(inference.next_token_distribution(text, 5, session=text[:10]))
 
     threads = [threading.Thread(target=visitor, args=(text,)) for text in alone]
     for thread in threads:
@@ -272,57 +272,59 @@ def test_visitors_at_once_take_turns_and_each_gets_its_own_answer(llama, llama_s
 def test_a_server_down_is_a_clear_error_and_it_recovers(llama_server):
     proxy = Proxy(llama_server.port)
     try:
-        cli.use_backend("llama-cpp", proxy.url)
-        assert cli.next_token_distribution(TEXTS[0], 3)
+        inference.use_backend("llama-cpp", proxy.url)
+        assert inference.next_token_distribution(TEXTS[0], 3)
         proxy.down()
-        with pytest.raises(cli.BackendError, match="llama-cpp-python server at .* cannot be reached"):
-            cli.lookahead(TEXTS[0], 3, 2)
+        with pytest.raises(inference.BackendError, match="llama-cpp-python server at .* cannot be reached"):
+            inference.lookahead(TEXTS[0], 3, 2)
         proxy.up()
-        assert cli.lookahead(TEXTS[0], 3, 2)["branches"]
+        assert inference.lookahead(TEXTS[0], 3, 2)["branches"]
     finally:
-        cli.use_backend()
+        inference.use_backend()
         proxy.down()
 
 
 def test_constraints_are_sent_as_the_tokens_they_allow(llama):
     """The valid tokens are computed here, with the in-process grammar, and sent as a logit bias."""
     choice = {"type": "choice", "value": ["yes", "no", "maybe"]}
-    branches = cli.lookahead("Is the sea blue? Answer: ", 3, 4, constraint=choice, session="c")["branches"]
+    branches = inference.lookahead("Is the sea blue? Answer: ", 3, 4, constraint=choice, session="c")["branches"]
     assert branches and all(b["text"] in choice["value"] and b["ends"] for b in branches)
     date = {"type": "regex", "value": "[0-9]{4}-[0-9]{2}-[0-9]{2}"}
-    assert re.fullmatch(date["value"], cli.generate("The date of the moon landing: ", 12, constraint=date)["text"])
+    assert re.fullmatch(
+        date["value"], inference.generate("The date of the moon landing: ", 12, constraint=date)["text"]
+    )
 
 
 def test_what_the_server_cannot_give_is_refused_naming_the_backend(llama):
     with pytest.raises(ValueError, match=r"llama-cpp-python server .*\(the llama-cpp backend\)"):
-        cli.compare(TEXTS[0], [EMBEDDED_MODEL, EMBEDDED_MODEL])
+        inference.compare(TEXTS[0], [EMBEDDED_MODEL, EMBEDDED_MODEL])
     with pytest.raises(ValueError, match="llama-cpp-python server returns log-probabilities only"):
-        cli.attribution(TEXTS[0])
+        inference.attribution(TEXTS[0])
     with pytest.raises(ValueError, match="before the temperature"):
-        cli.lookahead(TEXTS[0], 3, 3, temperature=0.7, top_p=0.9, branch_mode="sample")
+        inference.lookahead(TEXTS[0], 3, 3, temperature=0.7, top_p=0.9, branch_mode="sample")
     text = "The keeper climbed the stairs and looked out over the sea."
-    assert all(b["fit"] is None for b in cli.lookahead(text, 3, 2, caret=text.index(" looked"))["branches"])
+    assert all(b["fit"] is None for b in inference.lookahead(text, 3, 2, caret=text.index(" looked"))["branches"])
     assert not llama.capabilities.fit and llama.capabilities.prompt_scores and llama.capabilities.visitors_apart
 
 
 def test_the_openai_backend_finds_what_the_server_does(llama_server):
     """Probed, llama-cpp-python's server takes text and echoes each distribution a token early; read so, the generic
     backend gives the llama.cpp backend's answers, and refuses what the OpenAI API has no field for."""
-    backend = cli.use_backend("openai", llama_server.url)
+    backend = inference.use_backend("openai", llama_server.url)
     try:
         assert not backend.capabilities.visitors_apart and backend.capabilities.prompt_scores
         assert (backend.server.takes_ids, backend.server.echo_offset) == (False, 1)
         text = TEXTS[0]
-        ours = (cli.next_token_distribution(text, 10), cli.token_probabilities(text, 5)["tokens"])
+        ours = (inference.next_token_distribution(text, 10), inference.token_probabilities(text, 5)["tokens"])
         with pytest.raises(ValueError, match=r"\(the openai backend\)"):
-            cli.lookahead(text, constraint={"type": "choice", "value": ["yes", "no"]})
+            inference.lookahead(text, constraint={"type": "choice", "value": ["yes", "no"]})
         limits = server_limits()
         assert limits.constrain["interactive"] is False and limits.notice == {
             "__type__": "update", "value": SHARED_CACHE, "visible": True}
-        cli.use_backend("llama-cpp", llama_server.url)
-        theirs = (cli.next_token_distribution(text, 10), cli.token_probabilities(text, 5)["tokens"])
+        inference.use_backend("llama-cpp", llama_server.url)
+        theirs = (inference.next_token_distribution(text, 10), inference.token_probabilities(text, 5)["tokens"])
     finally:
-        cli.use_backend()
+        inference.use_backend()
     assert [e["token_id"] for e in ours[0]] == [e["token_id"] for e in theirs[0]]
     assert [t["logprob"] is None for t in ours[1][2:]] == [t["logprob"] is None for t in theirs[1][2:]]
 
@@ -359,7 +361,7 @@ class FakeLlamaServer(ThreadingHTTPServer):
 
     def complete(self, body: dict) -> tuple[list[dict], str]:
         """Each generated token's `logprobs.content` entry, and the finish reason."""
-        model, tokenizer = cli.load_model()
+        model, tokenizer = inference.load_model()
         ids, entries = list(body["prompt"]), []
         bias = torch.zeros(len(tokenizer))
         for token, value in (body.get("logit_bias") or {}).items():
@@ -433,20 +435,20 @@ def fake_llama_server(embedded):
 def test_llama_server_is_asked_in_its_own_fields_and_answers_as_in_process(fake_llama_server):
     """Token ids both ways, `n_probs`, transformers' sampling order, slot 0; its first request for a session after
     another's reuses none of the cache; no heatmap. Answered by the model itself, the answers are in-process's."""
-    backend = cli.use_backend("llama-cpp", fake_llama_server.url)
+    backend = inference.use_backend("llama-cpp", fake_llama_server.url)
     try:
         assert not backend.capabilities.prompt_scores and isinstance(backend.server, LlamaServer)
         text = TEXTS[0]
-        ours = (cli.lookahead(text, 3, 3, session="one"), cli.generate(text, 8, session="one"),
-                cli.lookahead("Is the sea blue? Answer: ", 3, 3, session="two",
+        ours = (inference.lookahead(text, 3, 3, session="one"), inference.generate(text, 8, session="one"),
+                inference.lookahead("Is the sea blue? Answer: ", 3, 3, session="two",
                               constraint={"type": "choice", "value": ["yes", "no", "maybe"]}))
         with pytest.raises(ValueError, match=r"llama\.cpp server does not score the text you wrote"):
-            cli.token_probabilities(text)
+            inference.token_probabilities(text)
     finally:
-        cli.use_backend()
+        inference.use_backend()
     with in_process():
-        expected = (cli.lookahead(text, 3, 3), cli.generate(text, 8, "greedy"),
-                    cli.lookahead("Is the sea blue? Answer: ", 3, 3,
+        expected = (inference.lookahead(text, 3, 3), inference.generate(text, 8, "greedy"),
+                    inference.lookahead("Is the sea blue? Answer: ", 3, 3,
                                   constraint={"type": "choice", "value": ["yes", "no", "maybe"]}))
     assert [b["token_ids"] for b in ours[0]["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
     assert all(abs(a["logprob"] - b["logprob"]) < SAME_MODEL
@@ -476,11 +478,11 @@ def test_the_page_greys_out_what_the_server_cannot_give_and_says_why(fake_llama_
     offered = server_limits()
     assert [offered.heatmap_on["interactive"], offered.why_method["interactive"], offered.constrain["interactive"],
             offered.notice["visible"]] == [True, True, True, False]
-    cli.use_backend("llama-cpp", fake_llama_server.url)
+    inference.use_backend("llama-cpp", fake_llama_server.url)
     try:
         limited = server_limits()
     finally:
-        cli.use_backend()
+        inference.use_backend()
     assert (limited.heatmap_on["interactive"], limited.heatmap_on["info"]) == (False, NO_SCORES)
     assert (limited.why_method["interactive"], limited.why_method["info"]) == (False, NO_WHY)
     assert limited.constrain["interactive"] and not limited.notice["visible"]

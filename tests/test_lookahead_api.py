@@ -6,7 +6,7 @@ import pickle
 import pytest
 import torch
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead import branches
 from lookahead.context import WINDOW_STEP, window_start
 from lookahead.outputs import NextToken
@@ -27,13 +27,13 @@ EDITS = [
 
 
 def test_warm_and_cold_results_equal_the_reference_through_edits(model_name):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     k, depth = 4, 3
     previous_ids: list[int] = []
     for text in EDITS:
         ref = reference_lookahead(model, tokenizer, text, k, depth)
-        warm = cli.lookahead(text, k, depth, session="writer", model_name=model_name)
-        cold = cli.lookahead(text, k, depth, session=f"cold {text}", model_name=model_name)
+        warm = inference.lookahead(text, k, depth, session="writer", model_name=model_name)
+        cold = inference.lookahead(text, k, depth, session=f"cold {text}", model_name=model_name)
         assert_matches_reference(warm, ref, k)
         assert_matches_reference(cold, ref, k)
         expected_reuse = min(common_prefix_length(previous_ids, ref["ids"]), len(ref["ids"]) - 1)
@@ -45,35 +45,35 @@ def test_warm_and_cold_results_equal_the_reference_through_edits(model_name):
 
 def test_appending_a_branch_reuses_the_text_and_the_branch_tokens_already_computed(embedded):
     text = "Once upon a time, in a village by the sea, there lived"
-    first = cli.lookahead(text, 5, 3, session="s")
+    first = inference.lookahead(text, 5, 3, session="s")
     branch = first["branches"][2]
-    after = cli.lookahead(text + branch["text"], 5, 3, session="s")
+    after = inference.lookahead(text + branch["text"], 5, 3, session="s")
     assert after["context_tokens"] == first["context_tokens"] + len(branch["token_ids"])
     assert after["reused_tokens"] == after["context_tokens"] - 1, "only the branch's last token is new"
 
 
 def test_taking_branches_again_and_again_equals_the_reference(model_name):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     text, k, depth = "In the morning the baker", 3, 4
     for pick in [0, 2, 1, 0]:
-        result = cli.lookahead(text, k, depth, session="taker", model_name=model_name)
+        result = inference.lookahead(text, k, depth, session="taker", model_name=model_name)
         assert_matches_reference(result, reference_lookahead(model, tokenizer, text, k, depth), k)
         text += result["branches"][pick]["text"]
-    final = cli.lookahead(text, k, depth, session="taker", model_name=model_name)
+    final = inference.lookahead(text, k, depth, session="taker", model_name=model_name)
     assert_matches_reference(final, reference_lookahead(model, tokenizer, text, k, depth), k)
 
 
 def test_trailing_whitespace_is_healed_and_branches_continue_the_text_exactly(embedded):
     _, tokenizer = embedded
-    result = cli.lookahead("The cat ", 5, 3)
+    result = inference.lookahead("The cat ", 5, 3)
     assert result["healed_whitespace"] == " "
     assert result["context_tokens"] == len(tokenizer("The cat")["input_ids"])
     for branch in result["branches"]:
         first = tokenizer.decode(branch["token_ids"][:1])
         assert first.startswith(" ") and first.strip(), "the lone-space token must not be suggested"
         assert " " + branch["text"] == tokenizer.decode(branch["token_ids"])
-    assert sum(d["prob"] for d in cli.next_token_distribution("The cat ", 200)) <= 1 + 1e-6
-    newline = cli.lookahead("First paragraph.\n", 3, 2)
+    assert sum(d["prob"] for d in inference.next_token_distribution("The cat ", 200)) <= 1 + 1e-6
+    newline = inference.lookahead("First paragraph.\n", 3, 2)
     assert newline["healed_whitespace"] == "\n"
 
 
@@ -87,7 +87,7 @@ def test_after_a_paragraph_break_every_branch_is_a_real_choice(embedded, text):
     """The paragraph break's whitespace completed is all but certain: the branches fork after it, at five different
     first words of the new paragraph, with the probabilities of a plain computation."""
     model, tokenizer = embedded
-    result = cli.lookahead(text, 5, 3, session="paragraph")
+    result = inference.lookahead(text, 5, 3, session="paragraph")
     ref = reference_lookahead(model, tokenizer, text, 5, 3)
     assert_matches_reference(result, ref, 5)
     assert ref["lead"], "the break's whitespace is all but certain"
@@ -107,7 +107,7 @@ def test_tokens_the_model_all_but_certainly_writes_lead_every_branch_anywhere(em
     every branch (up to MAX_LEAD_TOKENS of them), read one pass each, and the branches and the plot are those of
     a plain computation after them."""
     model, tokenizer = embedded
-    result = cli.lookahead(REPEATED, 5, 3, session="repeated")
+    result = inference.lookahead(REPEATED, 5, 3, session="repeated")
     ref = reference_lookahead(model, tokenizer, REPEATED, 5, 3)
     assert len(ref["lead"]) == MAX_LEAD_TOKENS, "the next words are all but certain"
     assert_matches_reference(result, ref, 5)
@@ -115,10 +115,12 @@ def test_tokens_the_model_all_but_certainly_writes_lead_every_branch_anywhere(em
     assert result["lead"]["prob"] == pytest.approx(ref["lead_prob"], abs=1e-4)
     assert all(b["text"].startswith(result["lead"]["text"]) for b in result["branches"])
     taken = result["branches"][1]
-    again = cli.lookahead(REPEATED + taken["text"], 5, 3, session="repeated")
+    again = inference.lookahead(REPEATED + taken["text"], 5, 3, session="repeated")
     assert again["reused_tokens"] == len(tokenizer(REPEATED)["input_ids"]) + len(taken["token_ids"]) - 1, \
         "a branch taken is answered over the lead's and the branch's kept cache: only its last token is read"
-    assert cli.next_token_distribution(REPEATED, 1)[0]["token_id"] == ref["lead"][0], "the plot's own call leads not"
+    assert inference.next_token_distribution(REPEATED, 1)[0]["token_id"] == ref["lead"][0], (
+        "the plot's own call leads not"
+    )
 
 
 def test_a_leads_next_tokens_are_guessed_from_the_texts_repetition_and_a_wrong_guess_changes_nothing(
@@ -128,11 +130,11 @@ def test_a_leads_next_tokens_are_guessed_from_the_texts_repetition_and_a_wrong_g
     assert branches._guessed([5, 6, 7], 2) == [] and branches._guessed([5, 6, 7, 5, 6], 0) == []
     model, tokenizer = embedded
     monkeypatch.setattr(branches, "_guessed", lambda ids, n: [13] * n)  # always wrong: cropped off the cache
-    result = cli.lookahead(REPEATED, 5, 3, session="wrong guesses")
+    result = inference.lookahead(REPEATED, 5, 3, session="wrong guesses")
     ref = reference_lookahead(model, tokenizer, REPEATED, 5, 3)
     assert_matches_reference(result, ref, 5)
     taken = result["branches"][0]
-    again = cli.lookahead(REPEATED + taken["text"], 5, 3, session="wrong guesses")
+    again = inference.lookahead(REPEATED + taken["text"], 5, 3, session="wrong guesses")
     assert again["reused_tokens"] == len(tokenizer(REPEATED)["input_ids"]) + len(taken["token_ids"]) - 1
     assert_matches_reference(again, reference_lookahead(model, tokenizer, REPEATED + taken["text"], 5, 3), 5)
 
@@ -154,7 +156,7 @@ def test_branches_that_write_one_text_are_one_and_none_ends_in_half_a_character(
 
 def test_text_without_trailing_whitespace_is_scored_as_tokenized(embedded):
     _, tokenizer = embedded
-    result = cli.lookahead("The cat", 3, 2)
+    result = inference.lookahead("The cat", 3, 2)
     assert result["healed_whitespace"] == ""
     assert result["context_tokens"] == len(tokenizer("The cat")["input_ids"])
     for branch in result["branches"]:
@@ -163,7 +165,7 @@ def test_text_without_trailing_whitespace_is_scored_as_tokenized(embedded):
 
 def test_next_token_distribution_is_sorted_plain_softmax(embedded):
     model, tokenizer = embedded
-    dist = cli.next_token_distribution("The capital of France is", k=10)
+    dist = inference.next_token_distribution("The capital of France is", k=10)
     assert len(dist) == 10
     assert [d["prob"] for d in dist] == sorted((d["prob"] for d in dist), reverse=True)
     ids = torch.tensor([tokenizer("The capital of France is")["input_ids"]])
@@ -177,7 +179,7 @@ def test_next_token_distribution_is_sorted_plain_softmax(embedded):
 
 def test_text_longer_than_the_context_keeps_its_end_and_the_window_moves_in_steps(tiny_model_dirs):
     name = tiny_model_dirs["gpt2"]
-    model, tokenizer = cli.load_model(name)
+    model, tokenizer = inference.load_model(name)
     context, depth = model.config.max_position_embeddings, 3
     step, room = int(WINDOW_STEP * context), context - depth
     words = 200
@@ -187,7 +189,7 @@ def test_text_longer_than_the_context_keeps_its_end_and_the_window_moves_in_step
         if n_tokens - window_start(n_tokens, room, context) <= room - 5:
             break
         words += 1
-    result = cli.lookahead(text, 3, depth, model_name=name, session="long")
+    result = inference.lookahead(text, 3, depth, model_name=name, session="long")
     dropped = result["truncated_tokens"]
     assert dropped % step == 0 and context - depth - step < result["context_tokens"] <= context - depth
     assert dropped + result["context_tokens"] == n_tokens
@@ -195,13 +197,13 @@ def test_text_longer_than_the_context_keeps_its_end_and_the_window_moves_in_step
     assert_matches_reference(result, reference_lookahead(model, tokenizer, text, 3, depth, dropped), 3)
     # Writing on within a step keeps the window's start, so the session's cache is reused...
     longer = text + f" word{words}"
-    again = cli.lookahead(longer, 3, depth, model_name=name, session="long")
+    again = inference.lookahead(longer, 3, depth, model_name=name, session="long")
     assert again["truncated_tokens"] == dropped and again["reused_tokens"] == result["context_tokens"]
     assert_matches_reference(
         again, reference_lookahead(model, tokenizer, longer, 3, depth, again["truncated_tokens"]), 3)
     # ... and past it the start jumps by a whole step.
     far = text + " more" * step
-    moved = cli.lookahead(far, 3, depth, model_name=name, session="long")
+    moved = inference.lookahead(far, 3, depth, model_name=name, session="long")
     assert moved["truncated_tokens"] > dropped and moved["truncated_tokens"] % step == 0
 
 
@@ -209,11 +211,11 @@ def test_text_longer_than_the_context_keeps_its_end_and_the_window_moves_in_step
 def test_a_continuation_asked_for_more_tokens_than_the_context_holds_fills_it(tiny_model_dirs, arch):
     """The text's window keeps one token, and the continuation is greedy's (it used to drop the whole text)."""
     name = tiny_model_dirs[arch]
-    context = cli.load_model(name)[0].config.get_text_config().max_position_embeddings
+    context = inference.load_model(name)[0].config.get_text_config().max_position_embeddings
     text = " ".join(f"word{i}" for i in range(40))
-    greedy = cli.generate(text, context + 36, "greedy", model_name=name)
+    greedy = inference.generate(text, context + 36, "greedy", model_name=name)
     assert 0 < len(greedy["token_ids"]) <= context - 1
-    assert cli.generate(text, context + 36, "lookahead", model_name=name)["token_ids"] == greedy["token_ids"]
+    assert inference.generate(text, context + 36, "lookahead", model_name=name)["token_ids"] == greedy["token_ids"]
 
 
 def test_window_start_moves_in_steps():
@@ -226,48 +228,48 @@ def test_window_start_moves_in_steps():
     [
         ({"text": ""}, "empty"),
         ({"text": None}, "string"),
-        ({"text": "x" * (cli.MAX_TEXT_CHARS + 1)}, "too long"),
+        ({"text": "x" * (inference.MAX_TEXT_CHARS + 1)}, "too long"),
         ({"text": "x", "n_branches": 0}, "n_branches"),
-        ({"text": "x", "n_branches": cli.MAX_BRANCHES + 1}, "n_branches"),
+        ({"text": "x", "n_branches": inference.MAX_BRANCHES + 1}, "n_branches"),
         ({"text": "x", "n_branches": 2.5}, "integer"),
         ({"text": "x", "n_branches": True}, "integer"),
         ({"text": "x", "depth": 0}, "depth"),
-        ({"text": "x", "depth": cli.MAX_DEPTH + 1}, "depth"),
+        ({"text": "x", "depth": inference.MAX_DEPTH + 1}, "depth"),
         ({"text": "x", "depth": "3"}, "integer"),
     ],
 )
 def test_bad_lookahead_arguments_raise_clear_value_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        cli.lookahead(**kwargs)
+        inference.lookahead(**kwargs)
 
 
-@pytest.mark.parametrize("k", [0, -1, cli.MAX_TOP_K + 1, "ten"])
+@pytest.mark.parametrize("k", [0, -1, inference.MAX_TOP_K + 1, "ten"])
 def test_bad_k_raises(k):
     with pytest.raises(ValueError, match="k must"):
-        cli.next_token_distribution("hello", k)
+        inference.next_token_distribution("hello", k)
 
 
 def test_partial_utf8_tokens_show_a_replacement_mark(embedded):
     _, tokenizer = embedded
     ids = tokenizer("🦜")["input_ids"]
     assert len(ids) > 1, "the parrot emoji should split into byte-level pieces"
-    dist = cli.next_token_distribution("A parrot: \U0001f99c", k=50)
+    dist = inference.next_token_distribution("A parrot: \U0001f99c", k=50)
     assert all(isinstance(d["token"], str) for d in dist)
-    assert cli.lookahead("\x00\x01\x1b[31m control", 3, 2)["branches"]
+    assert inference.lookahead("\x00\x01\x1b[31m control", 3, 2)["branches"]
 
 
 def test_results_are_plain_json_and_pickle_safe(embedded):
-    result = cli.lookahead("Plain data please", 3, 2)
+    result = inference.lookahead("Plain data please", 3, 2)
     assert json.loads(json.dumps(result)) == result
     assert pickle.loads(pickle.dumps(result)) == result
-    dist = cli.next_token_distribution("Plain data please", 5)
+    dist = inference.next_token_distribution("Plain data please", 5)
     assert json.loads(json.dumps(dist)) == dist
 
 
 def test_sessions_do_not_share_text(embedded):
-    a = cli.lookahead("Alice writes about cats and", session="alice")
-    b = cli.lookahead("Bob writes about rockets and", session="bob")
-    a2 = cli.lookahead("Alice writes about cats and", session="alice")
+    a = inference.lookahead("Alice writes about cats and", session="alice")
+    b = inference.lookahead("Bob writes about rockets and", session="bob")
+    a2 = inference.lookahead("Alice writes about cats and", session="alice")
     assert a2["reused_tokens"] == a["context_tokens"] - 1
     ids = lambda r: [branch["token_ids"] for branch in r["branches"]]  # noqa: E731
     assert ids(a2) == ids(a) != ids(b)

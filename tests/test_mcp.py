@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from api_client import Client
 from lookahead.sampling import knobs
 from mcp_client import answer, call, list_tools
@@ -77,7 +77,7 @@ def test_every_tool_and_parameter_is_described(server):
 def test_a_lookahead_is_json_equal_to_the_engines(server):
     text = "The old lighthouse keeper climbed the stairs and"
     remote = answer(server, "lookahead", {"text": text, "n_branches": 4, "depth": 3})
-    local = cli.lookahead(text, 4, 3, session="reference")
+    local = inference.lookahead(text, 4, 3, session="reference")
     assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
     assert [b["text"] for b in remote["branches"]] == [b["text"] for b in local["branches"]]
     for got, want in zip(remote["distribution"], local["distribution"]):
@@ -88,24 +88,24 @@ def test_every_other_tool_answers_json(server):
     text = "The capital of France is Paris."
     distribution = answer(server, "next_token_distribution", {"text": "The capital of France is", "k": 3})
     assert [e["token_id"] for e in distribution] == [
-        e["token_id"] for e in cli.next_token_distribution("The capital of France is", 3)]
+        e["token_id"] for e in inference.next_token_distribution("The capital of France is", 3)]
     tokens = answer(server, "token_probabilities", {"text": text, "k": 2})["tokens"]
     assert "".join(text[t["start"]:t["end"]] for t in tokens) == text
     why = answer(server, "attribution", {"text": text, "window": 16})
     assert sum(t["score"] for t in why["tokens"] if t["score"] is not None) == pytest.approx(1, abs=1e-4)
     continued = answer(server, "generate", {"text": "1, 2, 3,", "max_new_tokens": 8})  # a streamed endpoint
-    assert continued["token_ids"] == cli.generate("1, 2, 3,", 8, "greedy")["token_ids"]
-    default = cli.default_model_name()
+    assert continued["token_ids"] == inference.generate("1, 2, 3,", 8, "greedy")["token_ids"]
+    default = inference.default_model_name()
     compared = answer(server, "compare", {"text": text, "models": [default, default], "n_branches": 2, "depth": 2})
     assert [t["js"] for t in compared["tokens"]] == pytest.approx(
-        [t["js"] for t in cli.compare(text, [default, default], n_branches=2, depth=2)["tokens"]], abs=1e-6)
+        [t["js"] for t in inference.compare(text, [default, default], n_branches=2, depth=2)["tokens"]], abs=1e-6)
 
 
 @pytest.mark.parametrize("tool, arguments, reference", [
-    ("lookahead", {"text": ""}, lambda: cli.lookahead("")),
-    ("lookahead", {"text": "Hi", "n_branches": 99}, lambda: cli.lookahead("Hi", 99)),
-    ("token_probabilities", {"text": "Hi", "k": 21}, lambda: cli.token_probabilities("Hi", 21)),
-    ("generate", {"text": "Hi", "method": "beam"}, lambda: cli.generate("Hi", 8, "beam")),
+    ("lookahead", {"text": ""}, lambda: inference.lookahead("")),
+    ("lookahead", {"text": "Hi", "n_branches": 99}, lambda: inference.lookahead("Hi", 99)),
+    ("token_probabilities", {"text": "Hi", "k": 21}, lambda: inference.token_probabilities("Hi", 21)),
+    ("generate", {"text": "Hi", "method": "beam"}, lambda: inference.generate("Hi", 8, "beam")),
 ])
 def test_bad_input_is_a_tool_error_with_the_apis_message(server, tool, arguments, reference):
     with pytest.raises(ValueError) as refused:
@@ -133,7 +133,7 @@ def test_an_mcp_call_gets_json_and_leaves_no_session_behind(embedded):
 
     mcp_caller = SimpleNamespace(headers={"x-gradio-user": "mcp"}, session_hash="the-mcp-servers-one-session")
     browser = SimpleNamespace(headers={}, session_hash="a-writer")
-    prefix_caches, matchers = cli.backend().prefix_caches, cli.backend().matchers
+    prefix_caches, matchers = inference.backend().prefix_caches, inference.backend().matchers
     constraint = {"type": "choice", "value": ["yes", "no"], "start": None}
     text = "Is the sea blue? Answer: "
     as_json = app.api_lookahead(text, 2, 2, constraint=constraint, request=mcp_caller)
@@ -159,7 +159,7 @@ def test_an_mcp_call_reads_a_long_text_whole_since_its_session_ends_with_it(embe
     from ui import endpoints as app
 
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
-    monkeypatch.setitem(cli.backend().reader._windows, cli.default_model_name(), 128)
+    monkeypatch.setitem(inference.backend().reader._windows, inference.default_model_name(), 128)
     text = "".join(f"{i}. The keeper wrote the names of the ships in his book. " for i in range(60))  # ~900 tokens
     mcp_caller = SimpleNamespace(headers={"x-gradio-user": "mcp"}, session_hash="the-mcp-servers-one-session")
     assert json.loads(app.api_lookahead(text, 2, 2, request=mcp_caller))["partial"] is None

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead import models
 
 
@@ -47,13 +47,13 @@ def test_a_name_may_ask_for_a_precision(monkeypatch):
 
 
 def test_the_embedded_model_in_bfloat16_is_its_weights_rounded(embedded):
-    half, tokenizer = cli.load_model(models.EMBEDDED_MODEL_BF16)
+    half, tokenizer = inference.load_model(models.EMBEDDED_MODEL_BF16)
     model, _ = embedded
     assert half.dtype == torch.bfloat16 and model.dtype == torch.float32
     weights, expected = half.state_dict(), model.state_dict()
     assert all(torch.equal(weights[name], expected[name].to(torch.bfloat16)) for name in expected)
     text = "Half precision rounds every weight"
-    assert cli.lookahead(text, 2, 2, model_name=models.EMBEDDED_MODEL_BF16)["model"] == models.EMBEDDED_MODEL_BF16
+    assert inference.lookahead(text, 2, 2, model_name=models.EMBEDDED_MODEL_BF16)["model"] == models.EMBEDDED_MODEL_BF16
 
 
 def test_embedded_model_converts_into_a_plain_folder_with_the_same_weights(tmp_path, monkeypatch, embedded):
@@ -62,7 +62,7 @@ def test_embedded_model_converts_into_a_plain_folder_with_the_same_weights(tmp_p
     assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
     assert not any(p.name.startswith(".converting-") for p in tmp_path.iterdir()), "no staging folder left"
     assert models.embedded_model_dir() == folder, "converted once, then found"
-    converted, tokenizer = cli.load_model(str(folder))
+    converted, tokenizer = inference.load_model(str(folder))
     model, _ = embedded
     weights, expected = converted.state_dict(), model.state_dict()
     assert weights.keys() == expected.keys()

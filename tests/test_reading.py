@@ -16,7 +16,7 @@ import gradio as gr
 import pytest
 import torch
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead import reading
 from lookahead.scheduler import scheduler
 from reference import assert_matches_reference, reference_lookahead, reference_scores
@@ -32,11 +32,11 @@ TEXT = ("The lighthouse keeper counted the ships that passed the rocks at night,
 @pytest.fixture
 def partial_answers(monkeypatch, embedded):
     """Partial answers on, with a fixed window and small chunks; every session's cache and read dropped after."""
-    prefix_caches = cli.backend().prefix_caches
-    reader = cli.backend().reader
+    prefix_caches = inference.backend().prefix_caches
+    reader = inference.backend().reader
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 1.0)
     monkeypatch.setattr(reading, "READ_CHUNK_TOKENS", CHUNK)
-    monkeypatch.setitem(reader._windows, cli.default_model_name(), WINDOW)
+    monkeypatch.setitem(reader._windows, inference.default_model_name(), WINDOW)
     # Clicks strictly first: the tests hold interactive work to keep a read where it is (a share would give it turns).
     monkeypatch.setattr(scheduler, "share", 0.0)
     yield
@@ -45,7 +45,7 @@ def partial_answers(monkeypatch, embedded):
 
 
 def key(session: str) -> tuple[str, str]:
-    return cli.default_model_name(), session
+    return inference.default_model_name(), session
 
 
 def ids_of(text: str, tokenizer) -> list[int]:
@@ -60,10 +60,10 @@ def until_read(read, tokens: int) -> None:
 
 def read_all(text: str, session: str, **kwargs) -> tuple[dict, dict]:
     """The first (partial) answer, then the exact one once the read has ended."""
-    reader = cli.backend().reader
-    first = cli.lookahead(text, session=session, **kwargs)
+    reader = inference.backend().reader
+    first = inference.lookahead(text, session=session, **kwargs)
     reader.wait(session)
-    return first, cli.lookahead(text, session=session, **kwargs)
+    return first, inference.lookahead(text, session=session, **kwargs)
 
 
 def test_a_long_text_answers_from_its_last_tokens_then_exactly_both_as_transformers_computes(
@@ -86,12 +86,12 @@ def test_a_long_text_answers_from_its_last_tokens_then_exactly_both_as_transform
 def test_asked_again_while_it_is_read_the_answer_says_how_far_it_got_and_the_read_never_starts_over(
     partial_answers, embedded
 ):
-    reader = cli.backend().reader
-    first = cli.lookahead(TEXT, session="A")
+    reader = inference.backend().reader
+    first = inference.lookahead(TEXT, session="A")
     read = reader._reads[key("A")]
     seen = [first["partial"]["read_tokens"]]
     while not read.finished.is_set():
-        again = cli.lookahead(TEXT, session="A")
+        again = inference.lookahead(TEXT, session="A")
         if again["partial"] is None:
             break
         assert {k: v for k, v in again.items() if k not in ("partial", "notice")} == \
@@ -100,31 +100,31 @@ def test_asked_again_while_it_is_read_the_answer_says_how_far_it_got_and_the_rea
         assert len(reader._reads) <= 1 and next(iter(reader._reads.values()), read) is read, "one read, never restarted"
     assert seen == sorted(seen), "progress only grows"
     reader.wait("A")
-    assert cli.lookahead(TEXT, session="A")["partial"] is None
+    assert inference.lookahead(TEXT, session="A")["partial"] is None
 
 
 def test_a_read_yields_to_another_sessions_click_and_an_edit_before_its_end_cancels_it_keeping_its_chunks(
     partial_answers, embedded
 ):
-    reader = cli.backend().reader
+    reader = inference.backend().reader
     _, tokenizer = embedded
     text = TEXT * 3  # ~2k tokens: long enough to be under way while another session clicks
-    cli.lookahead(text, session="A")
+    inference.lookahead(text, session="A")
     read = reader._reads[key("A")]
     assert read.job.kind == "read" and read.job.session == "A"
-    other = cli.lookahead("Once upon a time", 3, 3, session="B")
+    other = inference.lookahead("Once upon a time", 3, 3, session="B")
     assert other["partial"] is None
     assert not read.finished.is_set(), "the other session's click was answered while the text was being read"
 
     with scheduler.interactive():  # while interactive work runs (here another click), the read waits at its next slice
         slices = read.job.slices
-        cli.lookahead("Once upon a time, far away", 3, 3, session="C")
+        inference.lookahead("Once upon a time, far away", 3, 3, session="C")
         assert read.job.slices <= slices + 1
 
     until_read(read, CHUNK)
     middle = len(text) // 2
     edited = text[:middle] + "X" + text[middle + 1:]  # an edit before the end of what the read reads
-    cli.lookahead(edited, session="A")
+    inference.lookahead(edited, session="A")
     assert read.finished.is_set() and read.job.cancelled
     newer = reader._reads[key("A")]
     assert newer is not read and newer.job.question != read.job.question
@@ -132,14 +132,14 @@ def test_a_read_yields_to_another_sessions_click_and_an_edit_before_its_end_canc
         time.sleep(0.01)
     assert newer.read_tokens >= CHUNK, "the newer read went on from the chunks the cancelled one read"
     reader.wait("A")
-    assert cli.lookahead(edited, session="A")["partial"] is None
+    assert inference.lookahead(edited, session="A")["partial"] is None
 
 
 
 def test_one_sessions_reads_on_two_models_both_run_to_their_end(partial_answers, embedded, monkeypatch):
     """Compared side by side, two models read the session's text each (in their own tokens): the second read waits
     for the first instead of cancelling it, and both are read whole."""
-    reader = cli.backend().reader
+    reader = inference.backend().reader
     model, tokenizer = embedded
     texts = {"model A": TEXT * 2, "model B": TEXT.upper() * 2}  # as two tokenizers would split one text
     reads = {}
@@ -152,9 +152,9 @@ def test_one_sessions_reads_on_two_models_both_run_to_their_end(partial_answers,
         assert read.read_tokens == len(read.ids)
 
 def test_a_text_read_with_interruptions_gives_the_same_bits_as_read_without(partial_answers, embedded):
-    reader = cli.backend().reader
+    reader = inference.backend().reader
     _, whole = read_all(TEXT, "A")
-    cli.lookahead(TEXT, session="B")
+    inference.lookahead(TEXT, session="B")
     read = reader._reads[key("B")]
     until_read(read, CHUNK)
     scheduler.cancel("B", "read")
@@ -167,10 +167,10 @@ def test_a_text_read_with_interruptions_gives_the_same_bits_as_read_without(part
 
 def heatmap_until_read(text: str, session: str) -> list[dict]:
     """token_probabilities asked again and again while `text` is read: every answer, the whole one last."""
-    answers = [cli.token_probabilities(text, 3, session=session)]
+    answers = [inference.token_probabilities(text, 3, session=session)]
     while "partial" in answers[-1]:
         time.sleep(POLL_SECONDS)
-        answers.append(cli.token_probabilities(text, 3, session=session))
+        answers.append(inference.token_probabilities(text, 3, session=session))
     return answers
 
 
@@ -199,39 +199,39 @@ def test_a_long_texts_heatmap_answers_at_once_with_the_tokens_read_so_far_then_f
 
 
 def test_the_tokens_listed_while_a_text_is_read_are_a_whole_reads_bits(partial_answers, embedded):
-    prefix_caches = cli.backend().prefix_caches
-    reader = cli.backend().reader
+    prefix_caches = inference.backend().prefix_caches
+    reader = inference.backend().reader
     _, tokenizer = embedded
     text = TEXT * 2
     ids = ids_of(text, tokenizer)
-    cli.token_probabilities(text, 3, session="A")
+    inference.token_probabilities(text, 3, session="A")
     read = reader._reads[key("A")]
     until_read(read, 2 * CHUNK)
     with scheduler.interactive():  # the read waits at its next slice: what it scored stays as it is, meanwhile
-        partial = cli.token_probabilities(text, 3, session="A")
+        partial = inference.token_probabilities(text, 3, session="A")
         rows = read.rows
     assert partial["partial"]["read_tokens"] == len(rows) >= 2 * CHUNK and not read.finished.is_set()
-    whole = cli.token_probabilities(text, 3, session="B", partial=False)  # another session, its own read
+    whole = inference.token_probabilities(text, 3, session="B", partial=False)  # another session, its own read
     assert partial["tokens"] == whole["tokens"][: len(rows)]
     read_whole = prefix_caches.scores(key("B"), ids[: len(rows)])
     for mine, theirs in zip(rows._rows(), read_whole._rows()):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=0, equal_nan=True)
     reader.wait("A")
-    assert cli.token_probabilities(text, 3, session="A") == whole
+    assert inference.token_probabilities(text, 3, session="A") == whole
 
 
 def test_asked_while_a_text_without_scores_is_read_the_heatmap_reads_it_again_scoring_each_token(
     partial_answers, embedded
 ):
-    reader = cli.backend().reader
+    reader = inference.backend().reader
     model, tokenizer = embedded
-    cli.lookahead(TEXT, session="A")
+    inference.lookahead(TEXT, session="A")
     unscored = reader._reads[key("A")]
     assert not unscored.scored
     answers = heatmap_until_read(TEXT, "A")
     assert unscored.finished.is_set() and "partial" in answers[0]
-    assert answers[-1] == cli.token_probabilities(TEXT, 3, session="B", partial=False)
-    assert cli.lookahead(TEXT, session="A")["partial"] is None, "the scored read serves the suggestions too"
+    assert answers[-1] == inference.token_probabilities(TEXT, 3, session="B", partial=False)
+    assert inference.lookahead(TEXT, session="A")["partial"] is None, "the scored read serves the suggestions too"
 
 
 def test_the_page_shows_a_long_texts_first_tokens_and_the_progress_then_fills_in_by_itself(
@@ -246,9 +246,9 @@ def test_the_page_shows_a_long_texts_first_tokens_and_the_progress_then_fills_in
     from ui.panels.heatmap import fill_in, follow_suggestions, read_timer
 
     request = SimpleNamespace(session_hash="A")
-    context = Context("plain text", None, None, cli.default_model_name())
+    context = Context("plain text", None, None, inference.default_model_name())
     view = HeatmapView(on=True, colour_by="probability", threshold=10, shown=None)
-    suggested = cli.lookahead.typed(TEXT, 3, 3, session="A")
+    suggested = inference.lookahead.typed(TEXT, 3, 3, session="A")
     assert suggested.partial is not None
     update = follow_suggestions(TEXT, OnScreen(TEXT, suggested, None), view, context, request)
     shown = update["heatmap_state"]
@@ -265,17 +265,17 @@ def test_the_page_shows_a_long_texts_first_tokens_and_the_progress_then_fills_in
         view = replace(view, shown=update["heatmap_state"])
     assert all("frame" not in message for message in messages), "each update sends the tokens scored since"
     assert "heatmap-progress" not in messages[-1]["disagreements"] and not read_timer(view.shown).active
-    assert view.shown.result == Listing.of(cli.token_probabilities.typed(TEXT, HEATMAP_ALTERNATIVES, session="B",
+    assert view.shown.result == Listing.of(inference.token_probabilities.typed(TEXT, HEATMAP_ALTERNATIVES, session="B",
                                                                          partial=False))
     assert fill_in(TEXT, view, context, request) == gr.skip(), "whole: the timer asks nothing more"
 
 
 def test_forgetting_a_session_stops_its_read_and_keeps_nothing(partial_answers, embedded):
-    prefix_caches = cli.backend().prefix_caches
-    reader = cli.backend().reader
-    cli.lookahead(TEXT * 3, session="A")
+    prefix_caches = inference.backend().prefix_caches
+    reader = inference.backend().reader
+    inference.lookahead(TEXT * 3, session="A")
     read = reader._reads[key("A")]
-    cli.end_session("A")
+    inference.end_session("A")
     assert read.finished.is_set() and read.job.cancelled
     slices = read.job.slices
     assert scheduler.running("A") == [] and read.job.slices == slices
@@ -287,7 +287,7 @@ def test_stress_reads_clicks_edits_and_departures_of_several_sessions_answer_as_
 ):
     """Sessions paste, click, edit and leave at once: no exception, no deadlock, and every exact answer equals
     what a session that reads the text whole gives."""
-    reader = cli.backend().reader
+    reader = inference.backend().reader
     texts = [TEXT[: 500 * (i + 1)] for i in range(5)]
     answers: list[tuple[str, dict]] = []
 
@@ -297,9 +297,9 @@ def test_stress_reads_clicks_edits_and_departures_of_several_sessions_answer_as_
             while going():
                 text = rng.choice(texts)
                 if rng.random() < 0.15:
-                    cli.end_session(session)
+                    inference.end_session(session)
                     continue
-                result = cli.lookahead(text, 2, 2, session=session)
+                result = inference.lookahead(text, 2, 2, session=session)
                 if result["partial"] is not None:
                     assert result["partial"]["window_tokens"] == WINDOW
                 answers.append((text, result))
@@ -309,7 +309,7 @@ def test_stress_reads_clicks_edits_and_departures_of_several_sessions_answer_as_
     reader.wait()
     assert not reader._reads and not [job for job in scheduler.running() if job.kind == "read"]
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 0)
-    expected = {text: cli.lookahead(text, 2, 2, session=f"fresh-{i}") for i, text in enumerate(texts)}
+    expected = {text: inference.lookahead(text, 2, 2, session=f"fresh-{i}") for i, text in enumerate(texts)}
     exact = [(text, result) for text, result in answers if result["partial"] is None]
     assert exact, "some answers were exact"
     for text, result in exact:
@@ -325,7 +325,7 @@ def test_stress_heatmaps_of_several_sessions_read_edited_and_left_at_once_list_w
     """Sessions ask for the heatmaps of long texts, their suggestions, Stop and leave at once, while the texts
     are read: no exception, no deadlock, and every answer, partial or whole, lists the tokens a fresh session
     that scores the text whole lists, in the same order."""
-    reader = cli.backend().reader
+    reader = inference.backend().reader
     texts = [TEXT[: 700 * (i + 1)] for i in range(3)]
     answers: list[tuple[str, dict]] = []
 
@@ -335,13 +335,13 @@ def test_stress_heatmaps_of_several_sessions_read_edited_and_left_at_once_list_w
             while going():
                 text, dice = rng.choice(texts), rng.random()
                 if dice < 0.1:
-                    cli.end_session(session)
+                    inference.end_session(session)
                 elif dice < 0.2:
-                    cli.cancel(session)
+                    inference.cancel(session)
                 elif dice < 0.35:
-                    cli.lookahead(text, 2, 2, session=session)
+                    inference.lookahead(text, 2, 2, session=session)
                 else:
-                    answers.append((text, cli.token_probabilities(text, 3, session=session)))
+                    answers.append((text, inference.token_probabilities(text, 3, session=session)))
         return work
 
     run_threads([visitor(f"S{i}") for i in range(3)])
@@ -349,7 +349,7 @@ def test_stress_heatmaps_of_several_sessions_read_edited_and_left_at_once_list_w
     assert not reader._reads and scheduler.running() == []
     assert any("partial" in answer for _, answer in answers) and any("partial" not in a for _, a in answers)
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 0)
-    expected = {text: cli.token_probabilities(text, 3, session=f"fresh-{i}") for i, text in enumerate(texts)}
+    expected = {text: inference.token_probabilities(text, 3, session=f"fresh-{i}") for i, text in enumerate(texts)}
     for text, answer in answers:
         tokens, want = answer["tokens"], expected[text]["tokens"]
         assert len(tokens) == (answer["partial"]["read_tokens"] if "partial" in answer else len(want))
@@ -359,24 +359,24 @@ def test_stress_heatmaps_of_several_sessions_read_edited_and_left_at_once_list_w
 
 
 def test_reads_take_turns_so_a_short_text_pasted_after_a_long_one_is_read_first(partial_answers, embedded):
-    reader = cli.backend().reader
-    cli.lookahead(TEXT * 4, session="A")
+    reader = inference.backend().reader
+    inference.lookahead(TEXT * 4, session="A")
     long = reader._reads[key("A")]
-    cli.lookahead(TEXT, session="B")
+    inference.lookahead(TEXT, session="B")
     short = reader._reads[key("B")]
     short.finished.wait()
     assert not long.finished.is_set(), "the short text's read ended while the long one's went on"
     reader.wait()
-    assert cli.lookahead(TEXT, session="B")["partial"] is None
-    assert cli.lookahead(TEXT * 4, session="A")["partial"] is None
+    assert inference.lookahead(TEXT, session="B")["partial"] is None
+    assert inference.lookahead(TEXT * 4, session="A")["partial"] is None
 
 
 # A program that asks for a long text's probabilities and ends at once: the answer is partial, and the rest of the
 # text is still being read in the background as the interpreter shuts down.
 EXITING_PROGRAM = """
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 text = " ".join(["The harbour town woke slowly, and the keeper climbed the stairs of the old lighthouse."] * 180)
-print("partial" if cli.token_probabilities(text, k=3).get("partial") else "whole")
+print("partial" if inference.token_probabilities(text, k=3).get("partial") else "whole")
 """
 
 

@@ -5,7 +5,7 @@ import inspect
 
 import pytest
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead.backends import BACKENDS, make_backend, zerogpu
 from lookahead.backends.base import Backend, Capabilities
 from lookahead.backends.in_process import InProcess
@@ -78,16 +78,16 @@ class Recording:
 @pytest.fixture
 def recording(monkeypatch, embedded):
     backend = Recording()
-    monkeypatch.setattr(cli, "_backend", backend)
+    monkeypatch.setattr(inference, "_backend", backend)
     return backend
 
 
 def test_each_public_function_sends_one_checked_request_of_its_type(recording):
-    cli.lookahead("Once upon", 3, 2, 0.5, session="s", stop=".")
-    cli.next_token_distribution("Once upon", 4, top_k=7, session="s")
-    cli.token_probabilities("Once upon", 2, session="s")
-    cli.generate("Once upon", 5, "greedy", session="s")
-    cli.attribution("Once upon a time", None, "saliency", window=3, session="s")
+    inference.lookahead("Once upon", 3, 2, 0.5, session="s", stop=".")
+    inference.next_token_distribution("Once upon", 4, top_k=7, session="s")
+    inference.token_probabilities("Once upon", 2, session="s")
+    inference.generate("Once upon", 5, "greedy", session="s")
+    inference.attribution("Once upon a time", None, "saliency", window=3, session="s")
     assert recording.received == [
         ("lookahead", LookaheadRequest(text="Once upon", session="s", n_branches=3, depth=2,
                                        sampling=Sampling(temperature=0.5), stop=(".",))),
@@ -100,21 +100,21 @@ def test_each_public_function_sends_one_checked_request_of_its_type(recording):
 
 def test_a_refused_argument_never_reaches_the_backend(recording):
     with pytest.raises(ValueError, match="depth must be between"):
-        cli.lookahead("Once upon", 3, 99)
+        inference.lookahead("Once upon", 3, 99)
     with pytest.raises(ValueError, match="model_name must be"):
-        cli.token_probabilities("Once upon", model_name="")
+        inference.token_probabilities("Once upon", model_name="")
     assert recording.received == []
 
 
 def test_the_gpu_time_asked_follows_the_requests_type():
     interaction = [LookaheadRequest(text="x"), DistributionRequest(text="x"), ScoresRequest(text="x")]
-    assert {cli.gpu_seconds(r) for r in interaction} == {zerogpu.INTERACTION_GPU_SECONDS}
-    assert cli.gpu_seconds(GenerateRequest(text="x", max_new_tokens=1000)) > cli.gpu_seconds(
+    assert {inference.gpu_seconds(r) for r in interaction} == {zerogpu.INTERACTION_GPU_SECONDS}
+    assert inference.gpu_seconds(GenerateRequest(text="x", max_new_tokens=1000)) > inference.gpu_seconds(
         GenerateRequest(text="x", max_new_tokens=10))
 
 
 def test_the_web_endpoints_offer_only_the_apps_models():
-    assert cli.offered_model_name("") is None and cli.offered_model_name(None) is None
-    assert cli.offered_model_name(cli.available_models()[0]) == cli.available_models()[0]
+    assert inference.offered_model_name("") is None and inference.offered_model_name(None) is None
+    assert inference.offered_model_name(inference.available_models()[0]) == inference.available_models()[0]
     with pytest.raises(ValueError, match="model_name must be one of"):
-        cli.offered_model_name("gpt2-xl")
+        inference.offered_model_name("gpt2-xl")

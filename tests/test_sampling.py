@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead.sampling import PRESETS
 
 TRANSFORMERS_SETTINGS = ("temperature", "top_k", "top_p", "repetition_penalty", "min_p")  # presence/frequency: OpenAI's
@@ -32,13 +32,13 @@ def transformers_scores(model, tokenizer, text: str, **settings) -> torch.Tensor
 
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
 def test_p_base_and_p_final_equal_transformers_processors(model_name, settings):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     scores = transformers_scores(model, tokenizer, TEXT, **settings)
     p_final = torch.softmax(scores.float(), -1)
     with torch.no_grad():
         logits = model(torch.tensor([tokenizer(TEXT)["input_ids"]])).logits[0, -1]
     logprobs = torch.log_softmax(logits.float(), -1)
-    entries = cli.next_token_distribution(TEXT, 30, **settings, model_name=model_name)
+    entries = inference.next_token_distribution(TEXT, 30, **settings, model_name=model_name)
     for e in entries:
         assert e["p_final"] == pytest.approx(float(p_final[e["token_id"]]), abs=1e-6 if "min_p" in settings else 1e-5)
         assert e["kept"] == bool(torch.isfinite(scores[e["token_id"]]))
@@ -52,21 +52,21 @@ def test_p_base_and_p_final_equal_transformers_processors(model_name, settings):
 
 
 def test_default_settings_leave_p_final_equal_to_p_base(embedded):
-    for e in cli.next_token_distribution(TEXT, 20):
+    for e in inference.next_token_distribution(TEXT, 20):
         assert e["kept"] and e["p_final"] == pytest.approx(e["prob"], abs=1e-6)
 
 
 def test_top_k_filter_keeps_exactly_that_many_and_still_lists_the_rest(embedded):
-    entries = cli.next_token_distribution(TEXT, 10, top_k=3)
+    entries = inference.next_token_distribution(TEXT, 10, top_k=3)
     assert [e["kept"] for e in entries] == [True] * 3 + [False] * 7
     assert sum(e["p_final"] for e in entries) == pytest.approx(1.0, abs=1e-5)
 
 
 def test_greedy_branches_with_a_repetition_penalty_equal_transformers_greedy(model_name):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     ids = torch.tensor([tokenizer(TEXT)["input_ids"]])
     expected = model.generate(ids, do_sample=False, max_new_tokens=4, repetition_penalty=1.8)[0, ids.shape[1] :]
-    result = cli.lookahead(TEXT, 3, 4, repetition_penalty=1.8, model_name=model_name)
+    result = inference.lookahead(TEXT, 3, 4, repetition_penalty=1.8, model_name=model_name)
     assert result["branches"][0]["token_ids"] == expected.tolist()
     assert result["sampling"]["repetition_penalty"] == 1.8 and result["branch_mode"] == "greedy"
 
@@ -74,7 +74,9 @@ def test_greedy_branches_with_a_repetition_penalty_equal_transformers_greedy(mod
 def test_sampled_branches_are_reproducible_with_the_seed_and_stay_inside_the_filters(embedded):
     model, tokenizer = embedded
     settings = {"temperature": 1.5, "top_k": 4}
-    runs = [cli.lookahead(TEXT, 5, 6, **settings, branch_mode="sample", seed=s, session=f"s{s}") for s in (1, 1, 2)]
+    runs = [
+        inference.lookahead(TEXT, 5, 6, **settings, branch_mode="sample", seed=s, session=f"s{s}") for s in (1, 1, 2)
+    ]
     token_ids = [[b["token_ids"] for b in run["branches"]] for run in runs]
     assert token_ids[0] == token_ids[1]
     assert token_ids[0] != token_ids[2], "another seed samples other continuations"
@@ -97,7 +99,7 @@ def test_sampled_branches_are_reproducible_with_the_seed_and_stay_inside_the_fil
         ({"top_p": 1.5}, "top_p"),
         ({"top_k": -1}, "top_k"),
         ({"top_k": 2.5}, "top_k"),
-        ({"top_k": cli.MAX_TOP_K + 1}, "top_k"),
+        ({"top_k": inference.MAX_TOP_K + 1}, "top_k"),
         ({"repetition_penalty": 0}, "repetition_penalty"),
         ({"repetition_penalty": 99}, "repetition_penalty"),
         ({"branch_mode": "beam"}, "branch_mode"),
@@ -107,18 +109,18 @@ def test_sampled_branches_are_reproducible_with_the_seed_and_stay_inside_the_fil
 )
 def test_bad_sampling_arguments_raise_clear_value_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        cli.lookahead("Hello", **kwargs)
+        inference.lookahead("Hello", **kwargs)
 
 
 def test_one_sampling_value_answers_as_the_flat_keywords_and_not_beside_them(embedded):
     from lookahead.sampling import Sampling
 
     settings = {"temperature": 0.8, "top_p": 0.9, "min_p": 0.1, "presence_penalty": 0.5}
-    flat = cli.lookahead(TEXT, 3, 2, **settings, session="flat")
-    whole = cli.lookahead(TEXT, 3, 2, sampling=Sampling(**settings), session="whole")
+    flat = inference.lookahead(TEXT, 3, 2, **settings, session="flat")
+    whole = inference.lookahead(TEXT, 3, 2, sampling=Sampling(**settings), session="whole")
     assert whole["branches"] == flat["branches"] and whole["distribution"] == flat["distribution"]
     assert whole["sampling"] == Sampling(**settings).as_dict()
     with pytest.raises(ValueError, match="not both.*temperature"):
-        cli.lookahead(TEXT, sampling=Sampling(**settings), temperature=0.5)
+        inference.lookahead(TEXT, sampling=Sampling(**settings), temperature=0.5)
     with pytest.raises(ValueError, match="sampling must be a Sampling"):
-        cli.next_token_distribution(TEXT, sampling={"min_p": 0.1})
+        inference.next_token_distribution(TEXT, sampling={"min_p": 0.1})

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from api_client import Client
 from lookahead.scheduler import Cancelled, Scheduler, scheduler
 from threads import JOIN_SECONDS, SECONDS, exit_code, run_threads, until
@@ -24,7 +24,7 @@ def long_explanation(session: str, finished: list, steps: int = 64) -> threading
 
     def explain() -> None:
         try:
-            cli.attribution(LONG_TEXT, None, "integrated_gradients", steps, 1024, session=session)
+            inference.attribution(LONG_TEXT, None, "integrated_gradients", steps, 1024, session=session)
             finished.append((session, "done"))
         except Cancelled:
             finished.append((session, "cancelled"))
@@ -49,14 +49,14 @@ def test_a_click_of_another_session_finishes_before_a_running_explanation_which_
     finished: list = []
     thread = long_explanation("A", finished)
     job = running_job("A")
-    cli.lookahead(SHORT_TEXT, 3, 3, session="B")
+    inference.lookahead(SHORT_TEXT, 3, 3, session="B")
     finished.append(("B", "done"))
-    assert cli.cancel("A", "attribution") == 1
+    assert inference.cancel("A", "attribution") == 1
     thread.join(JOIN_SECONDS)
     assert finished == [("B", "done"), ("A", "cancelled")]
     assert not thread.is_alive() and job.cancelled, "a cancelled job ends: it runs no more model work"
     assert scheduler.running("A") == []
-    assert cli.lookahead(SHORT_TEXT, 3, 3, session="A")["branches"], "its session is answered next"
+    assert inference.lookahead(SHORT_TEXT, 3, 3, session="A")["branches"], "its session is answered next"
 
 
 def test_a_long_job_runs_no_slice_while_interactive_work_runs_and_resumes_after():
@@ -208,27 +208,27 @@ def test_a_job_cancelled_during_a_backward_pass_stops_there():
 
 def test_an_explanation_sliced_between_clicks_equals_the_same_explanation_alone(embedded):
     text = "The harbour town woke slowly, and the fishing boats went out one by one."
-    alone = cli.attribution(text, None, "integrated_gradients", 8, session="alone")
+    alone = inference.attribution(text, None, "integrated_gradients", 8, session="alone")
     answers: list = []
-    clicks = threading.Thread(target=lambda: [cli.lookahead(SHORT_TEXT + f" {i}", 3, 2, session="clicker")
+    clicks = threading.Thread(target=lambda: [inference.lookahead(SHORT_TEXT + f" {i}", 3, 2, session="clicker")
                                               for i in range(8)], daemon=True)
     clicks.start()
-    answers.append(cli.attribution(text, None, "integrated_gradients", 8, session="sliced"))
+    answers.append(inference.attribution(text, None, "integrated_gradients", 8, session="sliced"))
     clicks.join(JOIN_SECONDS)
     assert answers[0] == alone
 
 
 def test_a_continuation_yields_to_a_click_and_gives_the_same_tokens(embedded):
-    alone = cli.generate(LONG_TEXT[:600], 48, "greedy", session="alone")
+    alone = inference.generate(LONG_TEXT[:600], 48, "greedy", session="alone")
     finished: list = []
 
     def go_on() -> None:
-        finished.append(("A", cli.generate(LONG_TEXT[:600], 48, "greedy", session="A")))
+        finished.append(("A", inference.generate(LONG_TEXT[:600], 48, "greedy", session="A")))
 
     thread = threading.Thread(target=go_on, daemon=True)
     thread.start()
     running_job("A")
-    cli.lookahead(SHORT_TEXT, 3, 3, session="B")
+    inference.lookahead(SHORT_TEXT, 3, 3, session="B")
     finished.append(("B", None))
     thread.join(JOIN_SECONDS)
     assert [who for who, _ in finished] == ["B", "A"]
@@ -252,7 +252,7 @@ def test_long_and_short_work_of_several_visitors_with_cancellations(embedded):
         while going():
             session, text = f"visitor {rng.randrange(3)}", rng.choice(texts)
             try:
-                done.append(("attribution", (text,), cli.attribution(text, None, "saliency", session=session)))
+                done.append(("attribution", (text,), inference.attribution(text, None, "saliency", session=session)))
             except Cancelled:
                 pass
 
@@ -261,7 +261,7 @@ def test_long_and_short_work_of_several_visitors_with_cancellations(embedded):
         while going():
             session, text = f"visitor {rng.randrange(3)}", rng.choice(texts)
             try:
-                done.append(("generate", (text,), cli.generate(text, 6, "greedy", session=session)["token_ids"]))
+                done.append(("generate", (text,), inference.generate(text, 6, "greedy", session=session)["token_ids"]))
             except Cancelled:
                 pass
 
@@ -269,21 +269,21 @@ def test_long_and_short_work_of_several_visitors_with_cancellations(embedded):
         going = until(SECONDS)
         while going():
             text = rng.choice(texts)
-            answer = cli.lookahead(text, 2, 2, session=f"clicker {rng.randrange(2)}")
+            answer = inference.lookahead(text, 2, 2, session=f"clicker {rng.randrange(2)}")
             done.append(("lookahead", (text,), choices(answer)))
 
     def canceller(rng) -> None:
         going = until(SECONDS)
         while going():
-            cli.cancel(f"visitor {rng.randrange(3)}")
+            inference.cancel(f"visitor {rng.randrange(3)}")
             time.sleep(rng.random() * 0.05)
 
     run_threads([explainer, explainer, continuer, clicker, canceller], seed=3)
     assert scheduler.running() == []
     fresh = {
-        "attribution": lambda text: cli.attribution(text, None, "saliency", session="fresh"),
-        "generate": lambda text: cli.generate(text, 6, "greedy", session="fresh")["token_ids"],
-        "lookahead": lambda text: choices(cli.lookahead(text, 2, 2, session=f"fresh {text}")),
+        "attribution": lambda text: inference.attribution(text, None, "saliency", session="fresh"),
+        "generate": lambda text: inference.generate(text, 6, "greedy", session="fresh")["token_ids"],
+        "lookahead": lambda text: choices(inference.lookahead(text, 2, 2, session=f"fresh {text}")),
     }
     assert {kind for kind, _, _ in done} == set(fresh), "every kind of work completed at least once"
     for kind, (text,), answer in done:

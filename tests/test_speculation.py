@@ -6,7 +6,7 @@ import threading
 import pytest
 import torch
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from fakes import Guess, fake_entry
 from lookahead.constraints import Constraint, check_constraint
 from lookahead.prefix_cache import PrefixCacheStore
@@ -19,52 +19,52 @@ TEXT = "Once upon a time, in a village by the sea, there lived"
 
 
 def test_taking_a_shown_branch_is_answered_from_the_precomputed_result_exactly(model_name):
-    speculator = cli.backend().speculator
-    model, tokenizer = cli.load_model(model_name)
+    speculator = inference.backend().speculator
+    model, tokenizer = inference.load_model(model_name)
     k, depth = 3, 3
-    shown = cli.lookahead(TEXT, k, depth, session="plain", model_name=model_name)
+    shown = inference.lookahead(TEXT, k, depth, session="plain", model_name=model_name)
     for i in range(k):
         taken = TEXT + shown["branches"][i]["text"]
-        cli.lookahead(TEXT, k, depth, session=f"ahead {i}", model_name=model_name, precompute=True)
+        inference.lookahead(TEXT, k, depth, session=f"ahead {i}", model_name=model_name, precompute=True)
         speculator.wait()
         served = speculator.served
-        ahead = cli.lookahead(taken, k, depth, session=f"ahead {i}", model_name=model_name)
+        ahead = inference.lookahead(taken, k, depth, session=f"ahead {i}", model_name=model_name)
         assert speculator.served == served + 1, "answered from the precomputed result"
-        cli.lookahead(TEXT, k, depth, session=f"fresh {i}", model_name=model_name)
-        fresh = cli.lookahead(taken, k, depth, session=f"fresh {i}", model_name=model_name)
+        inference.lookahead(TEXT, k, depth, session=f"fresh {i}", model_name=model_name)
+        fresh = inference.lookahead(taken, k, depth, session=f"fresh {i}", model_name=model_name)
         assert ahead == fresh, "bit for bit what the same click computes without precomputation"
         assert_matches_reference(ahead, reference_lookahead(model, tokenizer, taken, k, depth), k)
         # The session's cache now holds the taken text, exactly: the next step is warm and right.
         further = taken + ahead["branches"][0]["text"]
-        after = cli.lookahead(further, k, depth, session=f"ahead {i}", model_name=model_name)
+        after = inference.lookahead(further, k, depth, session=f"ahead {i}", model_name=model_name)
         assert after["reused_tokens"] >= ahead["context_tokens"]
-        assert after == cli.lookahead(further, k, depth, session=f"fresh {i}", model_name=model_name)
+        assert after == inference.lookahead(further, k, depth, session=f"fresh {i}", model_name=model_name)
 
 
 def test_with_two_models_shown_a_click_on_either_ones_branch_is_precomputed_for_both(embedded, tiny_model_dirs):
-    speculator = cli.backend().speculator
-    models = [cli.default_model_name(), tiny_model_dirs["llama"]]
-    shown = [cli.lookahead(TEXT, 2, 2, session="two", model_name=name, precompute=True) for name in models]
+    speculator = inference.backend().speculator
+    models = [inference.default_model_name(), tiny_model_dirs["llama"]]
+    shown = [inference.lookahead(TEXT, 2, 2, session="two", model_name=name, precompute=True) for name in models]
     speculator.wait()
     for name in models:  # the caches as they were before the click, for the fresh answers
-        cli.lookahead(TEXT, 2, 2, session="two fresh", model_name=name)
+        inference.lookahead(TEXT, 2, 2, session="two fresh", model_name=name)
     taken = TEXT + shown[1]["branches"][0]["text"]  # the second model's branch
     served = speculator.served
-    ahead = [cli.lookahead(taken, 2, 2, session="two", model_name=name) for name in models]
+    ahead = [inference.lookahead(taken, 2, 2, session="two", model_name=name) for name in models]
     assert speculator.served == served + 2, "both panels' answers were ready"
-    assert ahead == [cli.lookahead(taken, 2, 2, session="two fresh", model_name=name) for name in models]
+    assert ahead == [inference.lookahead(taken, 2, 2, session="two fresh", model_name=name) for name in models]
 
 
 def test_other_settings_or_an_edit_are_computed_afresh(embedded):
-    speculator = cli.backend().speculator
-    cli.lookahead(TEXT, 3, 3, session="s", precompute=True)
+    speculator = inference.backend().speculator
+    inference.lookahead(TEXT, 3, 3, session="s", precompute=True)
     speculator.wait()
     served = speculator.served
-    shown = cli.lookahead(TEXT, 3, 3, session="s", precompute=True)
+    shown = inference.lookahead(TEXT, 3, 3, session="s", precompute=True)
     speculator.wait()
     taken = TEXT + shown["branches"][0]["text"]
-    cli.lookahead(taken, 3, 3, temperature=0.5, session="s")  # not what was precomputed
-    cli.lookahead(taken + " and", 3, 3, session="s")
+    inference.lookahead(taken, 3, 3, temperature=0.5, session="s")  # not what was precomputed
+    inference.lookahead(taken + " and", 3, 3, session="s")
     assert speculator.served == served
 
 
@@ -103,21 +103,23 @@ def test_no_job_starts_while_a_real_request_is_running():
 
 
 def test_a_session_showing_the_heatmap_is_precomputed_exactly_too(embedded):
-    speculator = cli.backend().speculator
+    speculator = inference.backend().speculator
     for session in ("heat ahead", "heat fresh"):
-        cli.token_probabilities(TEXT, 5, session=session)
-    shown = cli.lookahead(TEXT, 3, 3, session="heat ahead", precompute=True)
-    cli.token_probabilities(TEXT, 5, session="heat ahead")  # as the page does next: held already, pre-empts nothing
+        inference.token_probabilities(TEXT, 5, session=session)
+    shown = inference.lookahead(TEXT, 3, 3, session="heat ahead", precompute=True)
+    inference.token_probabilities(
+        TEXT, 5, session="heat ahead"
+    )  # as the page does next: held already, pre-empts nothing
     speculator.wait()
     taken = TEXT + shown["branches"][1]["text"]
     served = speculator.served
-    ahead = cli.lookahead(taken, 3, 3, session="heat ahead")
+    ahead = inference.lookahead(taken, 3, 3, session="heat ahead")
     assert speculator.served == served + 1, "answered from the precomputed result"
-    cli.lookahead(TEXT, 3, 3, session="heat fresh")
-    assert ahead == cli.lookahead(taken, 3, 3, session="heat fresh")
-    heat = cli.token_probabilities(taken, 5, session="heat ahead")
+    inference.lookahead(TEXT, 3, 3, session="heat fresh")
+    assert ahead == inference.lookahead(taken, 3, 3, session="heat fresh")
+    heat = inference.token_probabilities(taken, 5, session="heat ahead")
     assert heat["reused_tokens"] == heat["context_tokens"], "the precomputed pass scored the branch's tokens"
-    assert heat["tokens"] == cli.token_probabilities(taken, 5, session="heat fresh")["tokens"]
+    assert heat["tokens"] == inference.token_probabilities(taken, 5, session="heat fresh")["tokens"]
 
 
 def different(field: dataclasses.Field, value: object) -> object:

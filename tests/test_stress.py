@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import torch
 from transformers import DynamicCache
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from fakes import Guess, fake_entry
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.speculation import Speculator
@@ -172,13 +172,13 @@ def test_lookaheads_with_precomputation_from_several_threads_equal_the_reference
         text = rng.choice(["The harbour at dawn was", "Her first letter began", "def parse(line):\n    return"])
         session = f"stress {rng.random()}"
         for _ in range(clicks):
-            shown = cli.lookahead(text, k, depth, session=session, precompute=True)
+            shown = inference.lookahead(text, k, depth, session=session, precompute=True)
             answers.append((text, shown))
             time.sleep(rng.random() * 0.3)  # reading: the precomputation runs, or is cut short
             text += shown["branches"][rng.randrange(k)]["text"]
 
     run_threads([writer, writer, writer], seed=7)
-    assert cli.backend().speculator.wait(JOIN_SECONDS)
+    assert inference.backend().speculator.wait(JOIN_SECONDS)
     assert len(answers) == 3 * clicks
     for text, answer in answers:
         assert_matches_reference(answer, reference_lookahead(model, tokenizer, text, k, depth), k)
@@ -196,18 +196,18 @@ def test_constrained_lookaheads_from_several_threads_equal_the_same_calls_made_a
         session = f"constrained {rng.randrange(2)}"  # two sessions between three writers
         end = until(SECONDS)
         while end():
-            shown = cli.lookahead(text, 3, 2, session=session, precompute=True, constraint=constraint)
+            shown = inference.lookahead(text, 3, 2, session=session, precompute=True, constraint=constraint)
             answers.append((text, shown))
             time.sleep(rng.random() * 0.2)
             branch = shown["branches"][rng.randrange(len(shown["branches"]))]
             text = text + branch["text"] if not branch["ends"] else "Person:{"
 
     run_threads([writer, writer, writer], seed=11)
-    assert cli.backend().speculator.wait(JOIN_SECONDS)
+    assert inference.backend().speculator.wait(JOIN_SECONDS)
     assert answers
     for text, answer in answers:
-        cli.backend().matchers.clear()
-        alone = cli.lookahead(text, 3, 2, session="alone", constraint=constraint)
+        inference.backend().matchers.clear()
+        alone = inference.lookahead(text, 3, 2, session="alone", constraint=constraint)
         assert [b["token_ids"] for b in answer["branches"]] == [b["token_ids"] for b in alone["branches"]], text
         assert [d["valid"] for d in answer["distribution"]] == [d["valid"] for d in alone["distribution"]]
 
@@ -223,20 +223,20 @@ def test_heatmap_listings_from_several_threads_equal_the_same_calls_made_alone(e
         session = f"heatmap {rng.randrange(2)}"  # two sessions between three writers
         end = until(SECONDS)
         while end():
-            shown = cli.lookahead(text, 3, 2, session=session, precompute=True)
+            shown = inference.lookahead(text, 3, 2, session=session, precompute=True)
             try:
-                answers.append((text, cli.token_probabilities(text, 3, session=session)))
-            except cli.Cancelled:  # another writer of the session asked for a newer text's scores
+                answers.append((text, inference.token_probabilities(text, 3, session=session)))
+            except inference.Cancelled:  # another writer of the session asked for a newer text's scores
                 pass
             time.sleep(rng.random() * 0.1)
             text += shown["branches"][rng.randrange(len(shown["branches"]))]["text"]
 
     run_threads([writer, writer, writer], seed=12)
-    assert cli.backend().speculator.wait(JOIN_SECONDS)
+    assert inference.backend().speculator.wait(JOIN_SECONDS)
     assert answers
     for text, answer in answers:
-        cli.backend().listings.clear()
-        alone = cli.token_probabilities(text, 3, session="alone")
+        inference.backend().listings.clear()
+        alone = inference.token_probabilities(text, 3, session="alone")
         assert [(t["token_id"], t["start"], t["end"]) for t in answer["tokens"]] == [
             (t["token_id"], t["start"], t["end"]) for t in alone["tokens"]], text
         for got, want in zip(answer["tokens"], alone["tokens"]):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead import scoring
 from lookahead.scheduler import Cancelled, Job, scheduler
 from reference import assert_matches_reference, ranks_agree, reference_lookahead, reference_scores
@@ -41,8 +41,8 @@ def assert_matches(result: dict, reference: list[dict | None], text: str, tokeni
 
 @pytest.mark.parametrize("text", TEXTS)
 def test_every_token_equals_one_transformers_pass(model_name, text):
-    model, tokenizer = cli.load_model(model_name)
-    result = cli.token_probabilities(text, 5, session="fresh " + text, model_name=model_name)
+    model, tokenizer = inference.load_model(model_name)
+    result = inference.token_probabilities(text, 5, session="fresh " + text, model_name=model_name)
     assert result["reused_tokens"] == 0 and result["truncated_tokens"] == 0
     assert result["context_tokens"] == len(tokenizer(text)["input_ids"])
     assert_matches(result, reference_scores(model, tokenizer, text, 5), text, tokenizer)
@@ -50,15 +50,15 @@ def test_every_token_equals_one_transformers_pass(model_name, text):
 
 
 def test_only_new_tokens_are_scored_after_an_edit_a_click_or_a_keystroke(model_name):
-    model, tokenizer = cli.load_model(model_name)
+    model, tokenizer = inference.load_model(model_name)
     session, text = "writer", TEXTS[0]
-    cli.token_probabilities(text, 3, session=session, model_name=model_name)
+    inference.token_probabilities(text, 3, session=session, model_name=model_name)
     steps = [
         text + " It ran",  # typing on
         text.replace("lazy", "sleepy") + " It ran",  # an edit in the middle
     ]
     for step in steps:
-        result = cli.token_probabilities(step, 3, session=session, model_name=model_name)
+        result = inference.token_probabilities(step, 3, session=session, model_name=model_name)
         shared = 0
         ids, before = tokenizer(step)["input_ids"], tokenizer(text)["input_ids"]
         while shared < min(len(ids), len(before)) and ids[shared] == before[shared]:
@@ -67,12 +67,12 @@ def test_only_new_tokens_are_scored_after_an_edit_a_click_or_a_keystroke(model_n
         assert_matches(result, reference_scores(model, tokenizer, step, 3), step, tokenizer)
         text = step
     # a click: the suggestions score the branch's tokens as they run, so the heatmap then runs nothing
-    shown = cli.lookahead(text, 3, 3, session=session, model_name=model_name)
+    shown = inference.lookahead(text, 3, 3, session=session, model_name=model_name)
     assert_matches_reference(shown, reference_lookahead(model, tokenizer, text, 3, 3), 3)
     taken = text + shown["branches"][0]["text"]
-    after = cli.lookahead(taken, 3, 3, session=session, model_name=model_name)
+    after = inference.lookahead(taken, 3, 3, session=session, model_name=model_name)
     assert_matches_reference(after, reference_lookahead(model, tokenizer, taken, 3, 3), 3)
-    result = cli.token_probabilities(taken, 3, session=session, model_name=model_name)
+    result = inference.token_probabilities(taken, 3, session=session, model_name=model_name)
     assert result["reused_tokens"] == result["context_tokens"]
     assert_matches(result, reference_scores(model, tokenizer, taken, 3), taken, tokenizer)
 
@@ -80,26 +80,26 @@ def test_only_new_tokens_are_scored_after_an_edit_a_click_or_a_keystroke(model_n
 def test_a_listing_reuses_the_last_ones_entries_only_where_its_context_is_the_same(embedded):
     """The session's last listing lends its entries to the next (a click's few new tokens): never across a
     changed conversation, another k, or a changed token."""
-    listings = cli.backend().listings
+    listings = inference.backend().listings
 
     def fresh(text, k, messages=None):
         listings.clear()
-        return cli.token_probabilities(text, k, session="fresh", messages=messages)
+        return inference.token_probabilities(text, k, session="fresh", messages=messages)
 
     first = [{"role": "user", "content": "Name a colour."}]
     other = [{"role": "user", "content": "Name a fruit."}]
     calls = [("It is red", 3, None), ("It is red and blue", 3, None), ("It is green and blue", 3, None),
              ("It is green and blue", 5, None), ("It is red", 3, first), ("It is red", 3, other)]
     for text, k, messages in calls:
-        assert cli.token_probabilities(text, k, session="reuse", messages=messages) == fresh(text, k, messages)
+        assert inference.token_probabilities(text, k, session="reuse", messages=messages) == fresh(text, k, messages)
 
 
 def test_a_cold_text_is_scored_in_chunks_with_the_same_result(embedded, monkeypatch):
     model, tokenizer = embedded
     text = TEXTS[1] * 3
-    whole = cli.token_probabilities(text, 5, session="whole")
+    whole = inference.token_probabilities(text, 5, session="whole")
     monkeypatch.setattr(scoring, "SCORE_CHUNK", 7)
-    chunked = cli.token_probabilities(text, 5, session="chunked")
+    chunked = inference.token_probabilities(text, 5, session="chunked")
     for a, b in zip(whole["tokens"], chunked["tokens"]):
         # Passes of 7 tokens and one of the whole text use other kernels, whose rounding can swap near-tied tokens.
         assert a["token_id"] == b["token_id"] and ranks_agree(a["rank"], b["rank"])
@@ -108,10 +108,10 @@ def test_a_cold_text_is_scored_in_chunks_with_the_same_result(embedded, monkeypa
 
 def test_past_the_context_the_window_is_scored_and_the_rest_says_none(tiny_model_dirs):
     name = tiny_model_dirs["llama"]
-    model, tokenizer = cli.load_model(name)
+    model, tokenizer = inference.load_model(name)
     text = " ".join(f"word{i}" for i in range(60))
     ids = tokenizer(text)["input_ids"]
-    result = cli.token_probabilities(text, 3, session="long", model_name=name)
+    result = inference.token_probabilities(text, 3, session="long", model_name=name)
     dropped = result["truncated_tokens"]
     assert dropped > 0 and result["context_tokens"] == len(ids) - dropped <= model.config.max_position_embeddings
     tokens = result["tokens"]
@@ -132,7 +132,7 @@ def scoring_job(session: str, thread: threading.Thread) -> Job:
 
 def assert_stored_whole(session: str, model_name: str) -> None:
     """The session's cache and scores, if any, cover the same tokens: nothing of a cut pass kept."""
-    entry = cli.backend().prefix_caches._entries.get((model_name, session))
+    entry = inference.backend().prefix_caches._entries.get((model_name, session))
     if entry is not None:
         assert [layer.get_seq_length() for layer in entry.cache.layers] == [len(entry.ids)] * len(entry.cache.layers)
         assert entry.scores is None or len(entry.scores) <= len(entry.ids)
@@ -143,16 +143,16 @@ def test_scoring_many_new_tokens_stops_within_a_slice_when_cancelled_or_asked_so
     """The tokens an insertion leaves to score are scored as a long job: Stop (cancel) or the session's newer
     request stops it at its next slice, and the session keeps its cache as it was before."""
     model, tokenizer = embedded
-    prefix_caches = cli.backend().prefix_caches
-    name, start = cli.default_model_name(), TEXTS[0]
-    cli.token_probabilities(start, 3, session="A")
+    prefix_caches = inference.backend().prefix_caches
+    name, start = inference.default_model_name(), TEXTS[0]
+    inference.token_probabilities(start, 3, session="A")
     held = prefix_caches._entries.get((name, "A")).ids
     long = start + " " + " ".join(TEXTS[1] for _ in range(100))
     failures: list[BaseException] = []
 
     def score() -> None:
         try:
-            cli.token_probabilities(long, 3, session="A")
+            inference.token_probabilities(long, 3, session="A")
         except BaseException as error:  # noqa: BLE001 - looked at in the test's thread
             failures.append(error)
 
@@ -163,9 +163,9 @@ def test_scoring_many_new_tokens_stops_within_a_slice_when_cancelled_or_asked_so
         with scheduler.interactive():  # it waits at its next slice, then stops there
             while not job.waits:
                 time.sleep(0.01)
-            assert cli.cancel("A") >= 1
+            assert inference.cancel("A") >= 1
     else:
-        newer = cli.token_probabilities(TEXTS[1], 3, session="A")
+        newer = inference.token_probabilities(TEXTS[1], 3, session="A")
         assert_matches(newer, reference_scores(model, tokenizer, TEXTS[1], 3), TEXTS[1], tokenizer)
     thread.join(JOIN_SECONDS)
     assert [type(error) for error in failures] == [Cancelled] and job.cancelled
@@ -175,7 +175,7 @@ def test_scoring_many_new_tokens_stops_within_a_slice_when_cancelled_or_asked_so
     if stop == "cancel":
         kept = prefix_caches._entries.get((name, "A"))
         assert kept is not None and kept.ids == held[: len(kept.ids)], "what it took, back as it was"
-    again = cli.token_probabilities(long, 3, session="A")
+    again = inference.token_probabilities(long, 3, session="A")
     assert_matches(again, reference_scores(model, tokenizer, long, 3), long, tokenizer)
 
 
@@ -183,7 +183,7 @@ def test_stress_scorings_cancelled_at_random_keep_every_session_whole_and_answer
     """Sessions score texts while Stop cancels them at random: each call answers as transformers computes or is
     cancelled, every session's cache stays whole, and asked again each answers as transformers computes."""
     model, tokenizer = embedded
-    name = cli.default_model_name()
+    name = inference.default_model_name()
     texts = [" ".join(TEXTS[i % 2] for i in range(n)) for n in (6, 12, 18)]
     references = {text: reference_scores(model, tokenizer, text, 3) for text in texts}
     sessions = [f"S{i}" for i in range(3)]
@@ -194,7 +194,7 @@ def test_stress_scorings_cancelled_at_random_keep_every_session_whole_and_answer
             while going():
                 text = rng.choice(texts)
                 try:
-                    answer = cli.token_probabilities(text, 3, session=session)
+                    answer = inference.token_probabilities(text, 3, session=session)
                 except Cancelled:
                     continue
                 assert_matches(answer, references[text], text, tokenizer)
@@ -204,7 +204,7 @@ def test_stress_scorings_cancelled_at_random_keep_every_session_whole_and_answer
     def canceller(rng) -> None:
         going = until(SECONDS)
         while going():
-            cli.cancel(rng.choice(sessions))
+            inference.cancel(rng.choice(sessions))
             time.sleep(rng.random() / 20)
 
     run_threads([*(visitor(session) for session in sessions), canceller])
@@ -212,7 +212,7 @@ def test_stress_scorings_cancelled_at_random_keep_every_session_whole_and_answer
     for session in sessions:
         assert_stored_whole(session, name)
         for text in texts:
-            assert_matches(cli.token_probabilities(text, 3, session=session), references[text], text, tokenizer)
+            assert_matches(inference.token_probabilities(text, 3, session=session), references[text], text, tokenizer)
 
 
 @pytest.mark.parametrize(
@@ -223,4 +223,4 @@ def test_stress_scorings_cancelled_at_random_keep_every_session_whole_and_answer
 )
 def test_bad_arguments_raise_clear_value_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        cli.token_probabilities(**kwargs)
+        inference.token_probabilities(**kwargs)

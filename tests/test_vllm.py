@@ -23,7 +23,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from api_client import Client
 from conftest import TINY_LLAMA_DIR
 from lookahead.backends.server import connections
@@ -80,9 +80,9 @@ def proxy(server_port):
 @pytest.fixture
 def vllm(proxy):
     proxy.up()
-    backend = cli.use_backend("vllm", proxy.url)
+    backend = inference.use_backend("vllm", proxy.url)
     yield backend
-    cli.use_backend()
+    inference.use_backend()
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def short_model(tmp_path_factory) -> str:
     model.model.layers = model.model.layers[:SHORT_LAYERS]
     model.config.num_hidden_layers = SHORT_LAYERS
     model.save_pretrained(path)
-    cli.load_model()[1].save_pretrained(path)
+    inference.load_model()[1].save_pretrained(path)
     return str(path)
 
 
@@ -109,9 +109,9 @@ def second_server(short_model):
 def two_servers(proxy, second_server):
     """The backend over both servers: the embedded model's (behind the proxy) and the short model's."""
     proxy.up()
-    backend = cli.use_backend("vllm", f"{proxy.url}, {second_server.url}")
+    backend = inference.use_backend("vllm", f"{proxy.url}, {second_server.url}")
     yield backend
-    cli.use_backend()
+    inference.use_backend()
 
 
 
@@ -144,11 +144,11 @@ def assert_same_scores(ours: dict, theirs: dict) -> None:
 @pytest.mark.parametrize("text", TEXTS)
 def test_every_function_answers_as_in_process(vllm, text):
     with in_process():
-        expected = (cli.lookahead(text, 5, 4, session="reference"), cli.next_token_distribution(text, 10),
-                    cli.token_probabilities(text, 5, session="reference"), cli.generate(text, 24, "greedy"))
+        expected = (inference.lookahead(text, 5, 4, session="reference"), inference.next_token_distribution(text, 10),
+                    inference.token_probabilities(text, 5, session="reference"), inference.generate(text, 24, "greedy"))
     branches, distribution, scores, continuation = (
-        cli.lookahead(text, 5, 4, session="v"), cli.next_token_distribution(text, 10),
-        cli.token_probabilities(text, 5, session="v"), cli.generate(text, 24),
+        inference.lookahead(text, 5, 4, session="v"), inference.next_token_distribution(text, 10),
+        inference.token_probabilities(text, 5, session="v"), inference.generate(text, 24),
     )
     assert set(branches) == set(expected[0]) and branches["device"] == f"vllm {vllm.url}"
     assert [b["token_ids"] for b in branches["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
@@ -166,10 +166,10 @@ def test_every_function_answers_as_in_process(vllm, text):
 @pytest.mark.parametrize("reply", ["", "2+2 equals"])
 def test_chat_mode_answers_as_in_process(vllm, reply):
     with in_process():
-        expected = (cli.lookahead(reply, 5, 3, messages=CONVERSATION),
-                    cli.token_probabilities(reply or "4", messages=CONVERSATION))
-    ours = (cli.lookahead(reply, 5, 3, messages=CONVERSATION),
-            cli.token_probabilities(reply or "4", messages=CONVERSATION))
+        expected = (inference.lookahead(reply, 5, 3, messages=CONVERSATION),
+                    inference.token_probabilities(reply or "4", messages=CONVERSATION))
+    ours = (inference.lookahead(reply, 5, 3, messages=CONVERSATION),
+            inference.token_probabilities(reply or "4", messages=CONVERSATION))
     assert [b["token_ids"] for b in ours[0]["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
     assert [b["ends"] for b in ours[0]["branches"]] == [b["ends"] for b in expected[0]["branches"]]
     assert_same_distribution(ours[0]["distribution"], expected[0]["distribution"])
@@ -184,8 +184,8 @@ def test_chat_mode_answers_as_in_process(vllm, reply):
 def test_p_final_is_exact_where_the_servers_top_tokens_decide_it(vllm, settings):
     text = "The capital of France is"
     with in_process():
-        expected = cli.lookahead(text, 5, 3, **settings)
-    ours = cli.lookahead(text, 5, 3, **settings)
+        expected = inference.lookahead(text, 5, 3, **settings)
+    ours = inference.lookahead(text, 5, 3, **settings)
     assert ours["notice"] == ""
     assert_same_distribution(ours["distribution"], expected["distribution"])
     assert [b["token_ids"] for b in ours["branches"]] == [b["token_ids"] for b in expected["branches"]]
@@ -201,13 +201,16 @@ def test_min_p_is_exact_where_it_cuts_the_least_likely_of_the_servers_top_tokens
     here the top 20 hold under half the mass, the 20th a fifth as likely as the first."""
     text = TEXTS[0]
     with in_process():
-        expected = (cli.lookahead(text, 5, 3, **settings), cli.next_token_distribution(text, 10, **settings))
-    ours = cli.lookahead(text, 5, 3, **settings)
+        expected = (
+            inference.lookahead(text, 5, 3, **settings),
+            inference.next_token_distribution(text, 10, **settings),
+        )
+    ours = inference.lookahead(text, 5, 3, **settings)
     assert ours["notice"] == ""
     assert_same_distribution(ours["distribution"], expected[0]["distribution"])
-    assert_same_distribution(cli.next_token_distribution(text, 10, **settings), expected[1])
+    assert_same_distribution(inference.next_token_distribution(text, 10, **settings), expected[1])
     assert [b["token_ids"] for b in ours["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
-    assert "approximate" in cli.lookahead(text, 5, 3, min_p=0.05)["notice"], "it keeps tokens past the top 20"
+    assert "approximate" in inference.lookahead(text, 5, 3, min_p=0.05)["notice"], "it keeps tokens past the top 20"
 
 
 def test_the_server_draws_sampled_branches_under_min_p_unless_top_p_comes_first(vllm, monkeypatch):
@@ -215,10 +218,10 @@ def test_the_server_draws_sampled_branches_under_min_p_unless_top_p_comes_first(
     sent = []
     post = vllm._post
     monkeypatch.setattr(vllm, "_post", lambda path, body, root=False: sent.append(body) or post(path, body, root))
-    cli.lookahead(TEXTS[0], 4, 5, temperature=1.2, min_p=0.2, branch_mode="sample", seed=7)
+    inference.lookahead(TEXTS[0], 4, 5, temperature=1.2, min_p=0.2, branch_mode="sample", seed=7)
     assert any(body["min_p"] == 0.2 and body["temperature"] == 1.2 for body in sent if body.get("max_tokens") == 4)
     with pytest.raises(ValueError, match="min_p before top_p"):
-        cli.lookahead(TEXTS[0], 4, 5, top_p=0.9, min_p=0.2, branch_mode="sample", seed=7)
+        inference.lookahead(TEXTS[0], 4, 5, top_p=0.9, min_p=0.2, branch_mode="sample", seed=7)
 
 
 def test_a_repetition_penalty_continues_each_branch_as_in_process_and_says_p_final_is_approximate(vllm):
@@ -226,8 +229,8 @@ def test_a_repetition_penalty_continues_each_branch_as_in_process_and_says_p_fin
     start the branches, is approximate; the server applies the same penalty to each continuation."""
     text = "The cat sat on the mat. The cat sat on the mat. The cat"
     with in_process():
-        expected = cli.lookahead(text, 10, 6, repetition_penalty=1.5)
-    ours = cli.lookahead(text, 10, 6, repetition_penalty=1.5)
+        expected = inference.lookahead(text, 10, 6, repetition_penalty=1.5)
+    ours = inference.lookahead(text, 10, 6, repetition_penalty=1.5)
     assert "approximate" in ours["notice"]
     by_first = {b["token_ids"][0]: b["token_ids"] for b in expected["branches"]}
     shared = [b["token_ids"] for b in ours["branches"] if b["token_ids"][0] in by_first]
@@ -240,8 +243,8 @@ def test_a_repetition_penalty_continues_each_branch_as_in_process_and_says_p_fin
 def test_healed_whitespace_ranks_as_in_process_with_probabilities_from_the_top_tokens(vllm):
     text = "The old lighthouse keeper climbed the "
     with in_process():
-        expected = cli.lookahead(text, 5, 3)
-    ours = cli.lookahead(text, 5, 3)
+        expected = inference.lookahead(text, 5, 3)
+    ours = inference.lookahead(text, 5, 3)
     assert ours["healed_whitespace"] == " " and "approximate" in ours["notice"]
     assert [b["token_ids"] for b in ours["branches"]] == [b["token_ids"] for b in expected["branches"]]
     assert [b["text"] for b in ours["branches"]] == [b["text"] for b in expected["branches"]]
@@ -251,16 +254,16 @@ def test_healed_whitespace_ranks_as_in_process_with_probabilities_from_the_top_t
 
 def test_sampled_branches_are_drawn_by_the_server_reproducibly(vllm):
     text = "Once upon a time"
-    first = cli.lookahead(text, 4, 5, temperature=1.2, top_k=40, branch_mode="sample", seed=7)
-    again = cli.lookahead(text, 4, 5, temperature=1.2, top_k=40, branch_mode="sample", seed=7)
+    first = inference.lookahead(text, 4, 5, temperature=1.2, top_k=40, branch_mode="sample", seed=7)
+    again = inference.lookahead(text, 4, 5, temperature=1.2, top_k=40, branch_mode="sample", seed=7)
     assert [b["token_ids"] for b in first["branches"]] == [b["token_ids"] for b in again["branches"]]
     assert [b["token_ids"][0] for b in first["branches"]] == [e["token_id"] for e in first["distribution"][:4]]
 
 
 def test_the_servers_prefix_cache_is_reported_as_reused_tokens(vllm):
     text = TEXTS[0] * 30  # ~300 tokens: the CPU build caches whole blocks of 128 tokens
-    cli.lookahead(text, 3, 2)
-    again = cli.lookahead(text + " then", 3, 2)
+    inference.lookahead(text, 3, 2)
+    again = inference.lookahead(text + " then", 3, 2)
     assert 0 < again["reused_tokens"] <= again["context_tokens"]
 
 
@@ -277,15 +280,15 @@ def test_one_visitors_text_cannot_be_probed_through_the_servers_prefix_cache(vll
     """A guess at another session's text reuses nothing, right or wrong; a session still reuses its own."""
     right = LETTER[: 3 * len(LETTER) // 4]  # the letter's first three quarters: two blocks of 32 tokens and more
     wrong = "Hello Dr. Ellison, " + right.split(",", 1)[1]
-    assert len(cli.load_model()[1](right)["input_ids"]) > 64
-    for task in (lambda text, session: cli.lookahead(text, 3, 2, session=session),
-                 lambda text, session: cli.token_probabilities(text, 3, session=session)):
+    assert len(inference.load_model()[1](right)["input_ids"]) > 64
+    for task in (lambda text, session: inference.lookahead(text, 3, 2, session=session),
+                 lambda text, session: inference.token_probabilities(text, 3, session=session)):
         task(LETTER, "victim")
         assert task(wrong, "attacker")["reused_tokens"] == 0
         assert task(right, "attacker")["reused_tokens"] == 0, "the right guess is not told apart from a wrong one"
-    again = cli.lookahead(LETTER + " Yours,", 3, 2, session="victim")
+    again = inference.lookahead(LETTER + " Yours,", 3, 2, session="victim")
     assert again["reused_tokens"] >= 64, "the session's own follow-up reuses its prefix"
-    assert cli.lookahead(LETTER, 3, 2, session="another visitor")["reused_tokens"] == 0
+    assert inference.lookahead(LETTER, 3, 2, session="another visitor")["reused_tokens"] == 0
 
 
 def test_every_request_carries_the_sessions_salt(vllm, monkeypatch):
@@ -293,10 +296,10 @@ def test_every_request_carries_the_sessions_salt(vllm, monkeypatch):
     post, stream = vllm._post, vllm._stream
     monkeypatch.setattr(vllm, "_post", lambda path, body, root=False: sent.append(body) or post(path, body, root))
     monkeypatch.setattr(vllm, "_stream", lambda body: sent.append(body) or stream(body))
-    cli.lookahead(TEXTS[0], 3, 2, session="s")
-    cli.next_token_distribution(TEXTS[0], session="s")
-    cli.token_probabilities(TEXTS[0], session="s")
-    cli.generate(TEXTS[0], 3, session="s")
+    inference.lookahead(TEXTS[0], 3, 2, session="s")
+    inference.next_token_distribution(TEXTS[0], session="s")
+    inference.token_probabilities(TEXTS[0], session="s")
+    inference.generate(TEXTS[0], 3, session="s")
     completions = [body for body in sent if "max_tokens" in body]
     assert len(completions) >= 4
     assert {body["cache_salt"] for body in completions} == {vllm_backend.session_salt(EMBEDDED_MODEL, "s")}
@@ -312,12 +315,12 @@ def test_calls_from_several_threads_while_the_adapter_forgets_its_model_check(vl
 
     from threads import SECONDS, run_threads, until
 
-    alone = {text: cli.lookahead(text, 3, 2, session=f"alone {i}") for i, text in enumerate(TEXTS)}
+    alone = {text: inference.lookahead(text, 3, 2, session=f"alone {i}") for i, text in enumerate(TEXTS)}
 
     def caller(rng: random.Random) -> None:
         for _ in range(4):
             text = rng.choice(TEXTS)
-            result = cli.lookahead(text, 3, 2, session=f"thread {rng.random()}")
+            result = inference.lookahead(text, 3, 2, session=f"thread {rng.random()}")
             assert [b["token_ids"] for b in result["branches"]] == [b["token_ids"] for b in alone[text]["branches"]]
             assert_same_distribution(result["distribution"], alone[text]["distribution"])
 
@@ -332,21 +335,21 @@ def test_calls_from_several_threads_while_the_adapter_forgets_its_model_check(vl
 
 def test_text_longer_than_the_servers_context_keeps_its_end(vllm):
     text = "All work and no play makes Jack a dull boy. " * 500  # ~5.5k tokens; the server's window: 4096
-    result = cli.lookahead(text, 3, 2)
+    result = inference.lookahead(text, 3, 2)
     assert result["truncated_tokens"] > 0 and result["context_tokens"] <= 4096 - 2
     assert "only its last" in result["notice"]
 
 
 def test_more_log_probabilities_than_the_server_allows_is_a_clear_error(vllm):
-    with pytest.raises(cli.BackendError, match=r"at most 20 log-probabilities.*--max-logprobs 50"):
-        cli.next_token_distribution(TEXTS[0], 50)
+    with pytest.raises(inference.BackendError, match=r"at most 20 log-probabilities.*--max-logprobs 50"):
+        inference.next_token_distribution(TEXTS[0], 50)
     vllm.logprobs = 64  # asking for more than the server allows, but more than needed: it learns the cap
-    assert len(cli.next_token_distribution(TEXTS[0], 5)) == 5 and vllm.logprobs == 20
+    assert len(inference.next_token_distribution(TEXTS[0], 5)) == 5 and vllm.logprobs == 20
 
 
 def test_a_model_the_server_does_not_serve_is_a_clear_error(vllm, tiny_model_dirs):
-    with pytest.raises(cli.BackendError, match=r"serves \['SmolLM2-135M-Instruct \(embedded\)'\], not"):
-        cli.lookahead(TEXTS[0], model_name=TINY_LLAMA_DIR)
+    with pytest.raises(inference.BackendError, match=r"serves \['SmolLM2-135M-Instruct \(embedded\)'\], not"):
+        inference.lookahead(TEXTS[0], model_name=TINY_LLAMA_DIR)
 
 
 def test_a_different_tokenizer_behind_the_url_is_a_clear_error(vllm, monkeypatch):
@@ -355,22 +358,22 @@ def test_a_different_tokenizer_behind_the_url_is_a_clear_error(vllm, monkeypatch
             return {"input_ids": [1, 2, 3]}
 
     monkeypatch.setattr(connections, "load_tokenizer", lambda name: OtherTokenizer())
-    with pytest.raises(cli.BackendError, match="a different model is behind that URL"):
-        cli.token_probabilities(TEXTS[0])
+    with pytest.raises(inference.BackendError, match="a different model is behind that URL"):
+        inference.token_probabilities(TEXTS[0])
 
 
 def test_a_server_down_or_stalled_is_a_clear_error_and_it_recovers(vllm, proxy):
     proxy.down()
-    for call in (lambda: cli.lookahead(TEXTS[0]), lambda: cli.generate(TEXTS[0], 4)):
-        with pytest.raises(cli.BackendError, match="cannot be reached.*may be down or restarting"):
+    for call in (lambda: inference.lookahead(TEXTS[0]), lambda: inference.generate(TEXTS[0], 4)):
+        with pytest.raises(inference.BackendError, match="cannot be reached.*may be down or restarting"):
             call()
     proxy.stall()
-    slow = cli.use_backend("vllm", proxy.url)
+    slow = inference.use_backend("vllm", proxy.url)
     slow.clients[0].timeout = 2
-    with pytest.raises(cli.BackendError, match="did not answer within 2 s"):
-        cli.token_probabilities(TEXTS[0])
+    with pytest.raises(inference.BackendError, match="did not answer within 2 s"):
+        inference.token_probabilities(TEXTS[0])
     proxy.up()
-    assert cli.lookahead(TEXTS[0])["branches"]
+    assert inference.lookahead(TEXTS[0])["branches"]
 
 
 def test_the_app_serves_through_vllm_and_shows_faults_as_messages(vllm, proxy, app_url):
@@ -420,20 +423,22 @@ def test_constraints_answer_as_in_process(vllm):
     choice = {"type": "choice", "value": ["yes", "no", "maybe"]}
     date = {"type": "regex", "value": "[0-9]{4}-[0-9]{2}-[0-9]{2}"}
     with in_process():
-        expected = (cli.lookahead(text, 3, 4, constraint=choice, session="reference"),
-                    cli.next_token_distribution(text, 10, constraint=choice),
-                    cli.generate("The date of the moon landing: ", 12, "greedy", constraint=date),
-                    cli.lookahead("The letter was dated ", 3, 3, constraint=date, session="reference"))
-    ours = cli.lookahead(text, 3, 4, constraint=choice, session="v")
+        expected = (inference.lookahead(text, 3, 4, constraint=choice, session="reference"),
+                    inference.next_token_distribution(text, 10, constraint=choice),
+                    inference.generate("The date of the moon landing: ", 12, "greedy", constraint=date),
+                    inference.lookahead("The letter was dated ", 3, 3, constraint=date, session="reference"))
+    ours = inference.lookahead(text, 3, 4, constraint=choice, session="v")
     assert [b["token_ids"] for b in ours["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
     assert [(b["text"], b["ends"]) for b in ours["branches"]] == [
         (b["text"], b["ends"]) for b in expected[0]["branches"]]
     assert "approximate" in ours["notice"]
-    valid = [e["token_id"] for e in cli.next_token_distribution(text, 10, constraint=choice) if e["valid"]]
+    valid = [e["token_id"] for e in inference.next_token_distribution(text, 10, constraint=choice) if e["valid"]]
     assert valid and valid == [e["token_id"] for e in expected[1] if e["valid"]][: len(valid)]
-    continued = cli.generate("The date of the moon landing: ", 12, constraint=date)
+    continued = inference.generate("The date of the moon landing: ", 12, constraint=date)
     assert continued["token_ids"] == expected[2]["token_ids"]
-    forced = cli.lookahead("The letter was dated ", 3, 3, constraint=date, session="v")  # only a space may come first
+    forced = inference.lookahead(
+        "The letter was dated ", 3, 3, constraint=date, session="v"
+    )  # only a space may come first
     assert forced["forced"] == expected[3]["forced"] and forced["forced"] is not None
     assert [b["token_ids"] for b in forced["branches"]] == [b["token_ids"] for b in expected[3]["branches"]]
 
@@ -444,16 +449,19 @@ def test_a_caret_answers_as_in_process_with_fit_from_the_servers_prompt_logprobs
     text = "The keeper climbed the stairs and looked out over the sea, where the boats were coming home."
     caret = text.index(" looked")
     with in_process():
-        expected = (cli.lookahead(text, 4, 3, session="reference", caret=caret),
-                    cli.next_token_distribution(text, 10, caret=caret), cli.generate(text, 12, "greedy", caret=caret))
-    ours = cli.lookahead(text, 4, 3, session="v", caret=caret)
+        expected = (
+            inference.lookahead(text, 4, 3, session="reference", caret=caret),
+            inference.next_token_distribution(text, 10, caret=caret),
+            inference.generate(text, 12, "greedy", caret=caret),
+        )
+    ours = inference.lookahead(text, 4, 3, session="v", caret=caret)
     assert [b["token_ids"] for b in ours["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
     assert [b["fit"] for b in ours["branches"]] == pytest.approx([b["fit"] for b in expected[0]["branches"]],
                                                                  abs=TOLERANCE)
     assert all(b["fit"] is not None for b in ours["branches"])
-    assert_same_distribution(cli.next_token_distribution(text, 10, caret=caret), expected[1])
-    assert cli.generate(text, 12, caret=caret)["token_ids"] == expected[2]["token_ids"]
-    assert all(b["fit"] is None for b in cli.lookahead(text, 4, 3, session="v", caret=len(text))["branches"])
+    assert_same_distribution(inference.next_token_distribution(text, 10, caret=caret), expected[1])
+    assert inference.generate(text, 12, caret=caret)["token_ids"] == expected[2]["token_ids"]
+    assert all(b["fit"] is None for b in inference.lookahead(text, 4, 3, session="v", caret=len(text))["branches"])
 
 
 def test_each_model_is_asked_of_the_server_that_serves_it(two_servers, proxy, second_server, short_model,
@@ -465,11 +473,14 @@ def test_each_model_is_asked_of_the_server_that_serves_it(two_servers, proxy, se
     text = TEXTS[1]
     for name, url in ((short_model, second_server.url), (EMBEDDED_MODEL, proxy.url)):
         with in_process():
-            expected = (cli.lookahead(text, 5, 4, model_name=name, session="reference"),
-                        cli.token_probabilities(text, 5, model_name=name, session="reference"),
-                        cli.generate(text, 12, "greedy", model_name=name))
-        ours = (cli.lookahead(text, 5, 4, model_name=name), cli.token_probabilities(text, 5, model_name=name),
-                cli.generate(text, 12, model_name=name))
+            expected = (inference.lookahead(text, 5, 4, model_name=name, session="reference"),
+                        inference.token_probabilities(text, 5, model_name=name, session="reference"),
+                        inference.generate(text, 12, "greedy", model_name=name))
+        ours = (
+            inference.lookahead(text, 5, 4, model_name=name),
+            inference.token_probabilities(text, 5, model_name=name),
+            inference.generate(text, 12, model_name=name),
+        )
         assert ours[0]["device"] == f"vllm {url}"
         assert [b["token_ids"] for b in ours[0]["branches"]] == [b["token_ids"] for b in expected[0]["branches"]]
         assert_same_distribution(ours[0]["distribution"], expected[0]["distribution"])
@@ -482,15 +493,15 @@ def test_each_model_is_asked_of_the_server_that_serves_it(two_servers, proxy, se
 def test_a_model_neither_server_serves_is_a_clear_error_naming_what_each_serves(two_servers, tiny_model_dirs):
     served = (r"No vLLM server serves .*\(the one at .* serves \['SmolLM2-135M-Instruct \(embedded\)'\]; the one at "
               r".* serves \['.*short-model.*'\]\)")
-    with pytest.raises(cli.BackendError, match=served):
-        cli.lookahead(TEXTS[0], model_name=TINY_LLAMA_DIR)
-    with pytest.raises(cli.BackendError, match=served):
-        cli.compare(TEXTS[0], [EMBEDDED_MODEL, TINY_LLAMA_DIR])
+    with pytest.raises(inference.BackendError, match=served):
+        inference.lookahead(TEXTS[0], model_name=TINY_LLAMA_DIR)
+    with pytest.raises(inference.BackendError, match=served):
+        inference.compare(TEXTS[0], [EMBEDDED_MODEL, TINY_LLAMA_DIR])
 
 
 def full_logprobs(name: str, text: str) -> np.ndarray:
     """Each position's next-token log-probabilities (tokens, vocab), float64, from one full forward."""
-    model, tokenizer = cli.load_model(name)
+    model, tokenizer = inference.load_model(name)
     with torch.no_grad():
         return torch.log_softmax(model(torch.tensor([tokenizer(text)["input_ids"]])).logits[0].double(), -1).numpy()
 
@@ -518,8 +529,8 @@ def test_compare_through_two_servers_answers_as_in_process_with_the_divergence_o
     gives them) coarse-grained onto the tokens in both top 20 and the rest, at most the in-process divergence."""
     names = [EMBEDDED_MODEL, short_model]
     with in_process():
-        expected = cli.compare(TEXT, names, n_branches=n_branches, depth=3, caret=caret, session="reference")
-    ours = cli.compare(TEXT, names, n_branches=n_branches, depth=3, caret=caret, session="v")
+        expected = inference.compare(TEXT, names, n_branches=n_branches, depth=3, caret=caret, session="reference")
+    ours = inference.compare(TEXT, names, n_branches=n_branches, depth=3, caret=caret, session="v")
     assert set(ours) == set(expected) and ours["per"] == expected["per"] == "token"
     assert ours["js_over"] == 20 and expected["js_over"] is None
     for m in range(2):
@@ -529,10 +540,10 @@ def test_compare_through_two_servers_answers_as_in_process_with_the_divergence_o
     tokens, reference = ours["tokens"], expected["tokens"]
     assert [(t["token_id"], t["start"], t["end"]) for t in tokens] == [
         (t["token_id"], t["start"], t["end"]) for t in reference]
-    assert [t["token_id"] for t in tokens] == cli.load_model()[1](TEXT)["input_ids"]
+    assert [t["token_id"] for t in tokens] == inference.load_model()[1](TEXT)["input_ids"]
     full = [full_logprobs(name, TEXT) for name in names]
     tops = [[{e["token_id"] for e in t["alternatives"]} if t["alternatives"] else set()
-             for t in cli.token_probabilities(TEXT, 20, model_name=name)["tokens"]] for name in names]
+             for t in inference.token_probabilities(TEXT, 20, model_name=name)["tokens"]] for name in names]
     assert tokens[0]["js"] is None and tokens[0]["top"] is None
     for i, (token, theirs) in enumerate(zip(tokens[1:], reference[1:]), 1):
         # float32's rounding grows with the log-probability: the short model gives some tokens -50
@@ -548,7 +559,9 @@ def test_compare_through_two_servers_answers_as_in_process_with_the_divergence_o
         assert ours["next"]["js"] == next(t["js"] for t in tokens if t["start"] == caret)
     else:
         at_caret = [full_logprobs(name, before)[-1] for name in names]
-        top = [{e["token_id"] for e in cli.next_token_distribution(before, 20, model_name=name)} for name in names]
+        top = [
+            {e["token_id"] for e in inference.next_token_distribution(before, 20, model_name=name)} for name in names
+        ]
         assert ours["next"]["js"] == pytest.approx(coarse_js(*at_caret, *top), abs=1e-4)
 
 
@@ -556,9 +569,9 @@ def test_compare_reads_both_models_over_the_context_both_hold(two_servers, short
     """Where one server's context holds less of the text (here 64 tokens), the divergence is over the window both
     hold (as in-process over the smaller of the two contexts); each model's log-probabilities stay its own."""
     names = [EMBEDDED_MODEL, short_model]
-    whole = cli.compare(LETTER, names, n_branches=0)
+    whole = inference.compare(LETTER, names, n_branches=0)
     two_servers._served[short_model] = replace(two_servers._model(short_model), max_model_len=64)
-    short = cli.compare(LETTER, names, n_branches=0)
+    short = inference.compare(LETTER, names, n_branches=0)
     compared = [t["js"] is not None for t in short["tokens"]]
     assert compared == [t["logprob"][1] is not None for t in short["tokens"]], "where the short context scores"
     assert 0 < sum(compared) < 64 and compared == sorted(compared), "the text's last tokens"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from api_client import Client
 from lookahead.backends import zerogpu
 from lookahead.requests import GenerateRequest
@@ -90,7 +90,7 @@ def test_a_crowd_of_visitors_is_served_with_the_plain_cpu_answers(space):
     url, _ = space
     texts = [f"Visitor {i} writes a story about a {animal} who" for i, animal in enumerate(
         ["fox", "whale", "crow", "mole", "horse", "snail"] * (CROWD // 6))]
-    expected = {t: cli.lookahead(t, 3, 3, session="expected") for t in texts}
+    expected = {t: inference.lookahead(t, 3, 3, session="expected") for t in texts}
     start = threading.Barrier(CROWD)
 
     def visit(text: str) -> tuple[dict, dict]:
@@ -108,7 +108,7 @@ def test_a_crowd_of_visitors_is_served_with_the_plain_cpu_answers(space):
         for got, want in zip(first["distribution"], expected[text]["distribution"]):
             assert got["token_id"] == want["token_id"] and got["prob"] == pytest.approx(want["prob"], abs=1e-4)
         taken = text + first["branches"][0]["text"]
-        assert branch_ids(second) == branch_ids(cli.lookahead(taken, 3, 3, session="expected"))
+        assert branch_ids(second) == branch_ids(inference.lookahead(taken, 3, 3, session="expected"))
 
 
 BAD_REQUESTS = [
@@ -132,8 +132,13 @@ BAD_REQUESTS = [
     ("/attribution", ("ok",), {"steps": 0}),
     ("/attribution", ("ok",), {"at_token": 0}),
 ]
-LOCAL = {"/lookahead": cli.lookahead, "/next_token_distribution": cli.next_token_distribution,
-         "/generate": cli.generate, "/token_probabilities": cli.token_probabilities, "/attribution": cli.attribution}
+LOCAL = {
+    "/lookahead": inference.lookahead,
+    "/next_token_distribution": inference.next_token_distribution,
+    "/generate": inference.generate,
+    "/token_probabilities": inference.token_probabilities,
+    "/attribution": inference.attribution,
+}
 
 
 @pytest.mark.parametrize("endpoint, args, kwargs", BAD_REQUESTS)
@@ -174,11 +179,13 @@ def test_continue_streams_the_greedy_text_and_asks_for_what_it_needs(space):
     lengths = [len(u["token_ids"]) for u in updates]
     assert lengths == sorted(lengths) and lengths[0] >= 1
     final = updates[-1]
-    greedy = cli.generate(text, 24, "greedy")["token_ids"]
+    greedy = inference.generate(text, 24, "greedy")["token_ids"]
     assert final["token_ids"] == greedy[: len(final["token_ids"])]
     assert final["stopped_for_time"] or final["token_ids"] == greedy
     (request,) = scheduled(log)[before:]
-    assert request["seconds"] == int(cli.gpu_seconds(GenerateRequest(text="x", max_new_tokens=24))) * DURATION_FACTOR
+    assert (
+        request["seconds"] == int(inference.gpu_seconds(GenerateRequest(text="x", max_new_tokens=24))) * DURATION_FACTOR
+    )
 
 
 def test_requested_durations_fit_an_anonymous_visitors_quota(space):
@@ -190,7 +197,7 @@ def test_requested_durations_fit_an_anonymous_visitors_quota(space):
     requests = scheduled(log)[before:]
     assert [r["seconds"] for r in requests] == [zerogpu.INTERACTION_GPU_SECONDS * DURATION_FACTOR] * 2
     assert zerogpu.INTERACTION_GPU_SECONDS <= 10
-    largest = cli.gpu_seconds(GenerateRequest(text="x", max_new_tokens=cli.MAX_NEW_TOKENS))
+    largest = inference.gpu_seconds(GenerateRequest(text="x", max_new_tokens=inference.MAX_NEW_TOKENS))
     assert largest * DURATION_FACTOR <= 30
 
 
@@ -209,7 +216,7 @@ def test_a_long_text_is_read_whole_within_the_call(space):
     url, _ = space
     text = "".join(f"{i}. The keeper wrote the names of the ships in his book. " for i in range(120))  # ~1.7k tokens
     result = Client(url, verbose=False).predict(text, 3, 2, api_name="/lookahead")
-    expected = cli.lookahead(text, 3, 2, session="zerogpu-long")
+    expected = inference.lookahead(text, 3, 2, session="zerogpu-long")
     assert result["partial"] is None and result["context_tokens"] == expected["context_tokens"]
     assert branch_ids(result) == branch_ids(expected)
 
@@ -250,14 +257,14 @@ def test_the_heatmap_and_chat_mode_answer_as_on_the_cpu(space):
     client = Client(url, verbose=False)
     text = "The capital of France is Paris."
     remote = client.predict(text, 3, api_name="/token_probabilities")
-    local = cli.token_probabilities(text, 3, session="local zerogpu heatmap")
+    local = inference.token_probabilities(text, 3, session="local zerogpu heatmap")
     assert [t["token_id"] for t in remote["tokens"]] == [t["token_id"] for t in local["tokens"]]
-    rows = reference_scores(*cli.load_model(), text, 3)
+    rows = reference_scores(*inference.load_model(), text, 3)
     assert all(theirs["rank"] in row["ranks"] and ours["rank"] in row["ranks"]
                for theirs, ours, row in zip(remote["tokens"][1:], local["tokens"][1:], rows[1:]))
     conversation = [{"role": "user", "content": "What is 2+2?"}]
     chat = client.predict("2+2 equals", 3, 2, messages=conversation, api_name="/lookahead")
-    expected = cli.lookahead("2+2 equals", 3, 2, session="local zerogpu chat", messages=conversation)
+    expected = inference.lookahead("2+2 equals", 3, 2, session="local zerogpu chat", messages=conversation)
     assert [b["token_ids"] for b in chat["branches"]] == [b["token_ids"] for b in expected["branches"]]
 
 
@@ -267,10 +274,10 @@ def test_constraints_and_stops_answer_as_on_the_cpu(space):
     text = "Is the sea blue? Answer: "
     choice = {"type": "choice", "value": ["yes", "no", "maybe"], "start": None}
     remote = client.predict(text, 3, 3, constraint=choice, api_name="/lookahead")
-    local = cli.lookahead(text, 3, 3, session="local zerogpu constraint", constraint=choice)
+    local = inference.lookahead(text, 3, 3, session="local zerogpu constraint", constraint=choice)
     assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
     out = client.predict("Once upon a time", 24, "lookahead", stop=[","], api_name="/generate")
-    assert out["text"] == cli.generate("Once upon a time", 24, stop=[","])["text"]
+    assert out["text"] == inference.generate("Once upon a time", 24, stop=[","])["text"]
 
 
 def test_a_caret_and_fit_answer_as_on_the_cpu(space):
@@ -281,13 +288,13 @@ def test_a_caret_and_fit_answer_as_on_the_cpu(space):
     caret = text.index(" looked")
     client.predict(text, 3, 2, api_name="/lookahead")
     remote = client.predict(text, 3, 2, caret=caret, api_name="/lookahead")
-    local = cli.lookahead(text, 3, 2, session="local zerogpu caret", caret=caret)
+    local = inference.lookahead(text, 3, 2, session="local zerogpu caret", caret=caret)
     assert branch_ids(remote) == branch_ids(local)
     assert [b["fit"] for b in remote["branches"]] == pytest.approx([b["fit"] for b in local["branches"]], abs=1e-4)
     distribution = client.predict(text, 3, caret=caret, api_name="/next_token_distribution")
     assert [d["token_id"] for d in distribution] == [b["token_ids"][0] for b in local["branches"]]
     out = client.predict(text, 8, "lookahead", caret=caret, api_name="/generate")
-    assert out["text"] == cli.generate(text[:caret], 8)["text"]
+    assert out["text"] == inference.generate(text[:caret], 8)["text"]
 
 
 def test_compare_runs_both_models_in_one_gpu_call_and_answers_as_on_the_cpu(space):
@@ -297,8 +304,8 @@ def test_compare_runs_both_models_in_one_gpu_call_and_answers_as_on_the_cpu(spac
     remote = Client(url, verbose=False).predict(text, ["", ""], 5, 2, 2, api_name="/compare")
     requests = scheduled(log)[before:]
     assert [r["seconds"] for r in requests] == [2 * zerogpu.INTERACTION_GPU_SECONDS * DURATION_FACTOR]
-    default = cli.default_model_name()
-    local = cli.compare(text, [default, default], 5, 2, 2, session="local zerogpu compare")
+    default = inference.default_model_name()
+    local = inference.compare(text, [default, default], 5, 2, 2, session="local zerogpu compare")
     # Two processes may take different linear paths (each times them at load: lookahead/cpu_linear.py), so their
     # sums run in another order: equal to float32's rounding over a model's depth, as everywhere in these tests.
     assert [t["logprob"][1] for t in remote["tokens"][1:]] == pytest.approx(
@@ -311,13 +318,15 @@ def test_compare_runs_both_models_in_one_gpu_call_and_answers_as_on_the_cpu(spac
 def test_attribution_answers_as_on_the_cpu(space):
     url, _ = space
     remote = Client(url, verbose=False).predict("The capital of France is", None, "saliency", api_name="/attribution")
-    local = cli.attribution("The capital of France is", None, "saliency", session="local zerogpu attribution")
+    local = inference.attribution("The capital of France is", None, "saliency", session="local zerogpu attribution")
     assert remote["target"]["token_id"] == local["target"]["token_id"]
     assert [t["score"] for t in remote["tokens"]] == pytest.approx([t["score"] for t in local["tokens"]], abs=1e-5)
     text = "The keeper slept.\n\nThe storm"  # at a token of the text, by integrated gradients (a stream of passes)
     remote = Client(url, verbose=False).predict(text, None, "integrated_gradients", 8, at_token=6,
                                                 api_name="/attribution")
-    local = cli.attribution(text, None, "integrated_gradients", 8, session="local zerogpu attribution", at_token=6)
+    local = inference.attribution(
+        text, None, "integrated_gradients", 8, session="local zerogpu attribution", at_token=6
+    )
     assert remote["target"]["token_id"] == local["target"]["token_id"] and len(remote["tokens"]) == 6
     assert [t["score"] for t in remote["tokens"]] == pytest.approx([t["score"] for t in local["tokens"]], abs=1e-5)
 
@@ -326,8 +335,8 @@ def test_mcp_tools_answer_as_on_the_cpu_and_refuse_without_a_gpu(space):
     url, log = space
     text = "The old lighthouse keeper climbed the stairs and"
     remote = answer(url, "lookahead", {"text": text, "n_branches": 3, "depth": 3})
-    assert branch_ids(remote) == branch_ids(cli.lookahead(text, 3, 3)) and remote["reused_tokens"] == 0
-    assert answer(url, "generate", {"text": "1, 2, 3,", "max_new_tokens": 6})["token_ids"] == cli.generate(
+    assert branch_ids(remote) == branch_ids(inference.lookahead(text, 3, 3)) and remote["reused_tokens"] == 0
+    assert answer(url, "generate", {"text": "1, 2, 3,", "max_new_tokens": 6})["token_ids"] == inference.generate(
         "1, 2, 3,", 6)["token_ids"]
     before = len(scheduled(log))
     refused = call(url, "lookahead", {"text": "Hi", "depth": 99})
@@ -375,7 +384,9 @@ def test_stop_reaches_the_explanation_in_its_gpu_worker(tmp_path):
 
     assert events.index(end) < events.index(result), "the other explanation ran on after the cancel"
     assert [event["done"] for event in reported] == list(range(1, reported[0]["of"] + 1))
-    local = cli.attribution(question["text"], None, "integrated_gradients", question["steps"], session="local stop")
+    local = inference.attribution(
+        question["text"], None, "integrated_gradients", question["steps"], session="local stop"
+    )
     assert result["target"] == local["target"]["token_id"]
     assert result["scores"] == pytest.approx([token["score"] for token in local["tokens"]], abs=1e-5)
 

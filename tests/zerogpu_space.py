@@ -86,7 +86,7 @@ client.startup_report = lambda: None
 zero_torch.init = lambda nvidia_uuid: None
 
 import app  # noqa: E402  (loads the model at import and "moves" it to CUDA, as ZeroGPU requires)
-import custom_llm_inference as cli  # noqa: E402
+import custom_llm_inference as inference  # noqa: E402
 from lookahead.scheduler import ASKED_AT  # noqa: E402
 
 originals = {fake: original for fake, original in patching.cuda_aliases.items() if original is not None}
@@ -122,7 +122,7 @@ def stop_one_of_two() -> list[dict]:
     def explain(session: str, steps: int) -> None:
         record(session=session, text=STOP_TEXT, steps=steps)
         try:
-            for item in cli.attribution_stream(STOP_TEXT, None, "integrated_gradients", steps, session=session):
+            for item in inference.attribution_stream(STOP_TEXT, None, "integrated_gradients", steps, session=session):
                 if "done" in item:
                     record(session=session, done=item["done"], of=item["of"])
                 else:
@@ -140,11 +140,11 @@ def stop_one_of_two() -> list[dict]:
         thread.start()
         with changed:
             changed.wait_for(lambda: reported(session))
-    record(session="stopped", cancelled=cli.cancel("stopped"))
+    record(session="stopped", cancelled=inference.cancel("stopped"))
     for thread in threads.values():
         thread.join()
     ASKED_AT.set(time.monotonic())  # as the page's events say when they were asked
-    cli.cancel("late")  # a Stop that came after the question was asked, before its job started
+    inference.cancel("late")  # a Stop that came after the question was asked, before its job started
     explain("late", RUNNING_STEPS)
     return events
 

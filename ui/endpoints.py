@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 import gradio as gr
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead.sampling import Sampling, knobs
 from ui.errors import handled
 from ui.wiring import EXPLANATIONS_AT_ONCE, session_key
@@ -47,7 +47,7 @@ def caller_session(request: gr.Request | None) -> Iterator[str]:
     try:
         yield session
     finally:
-        cli.end_session(session)
+        inference.end_session(session)
 
 
 def reply(result: dict | list, request: gr.Request | None) -> dict | list | str:
@@ -96,11 +96,11 @@ def api_lookahead(
         "distribution" (the next tokens: "token", "prob", "p_final", "kept", "valid"), token counts and settings.
     """
     with caller_session(request) as session:
-        return reply(cli.lookahead(
+        return reply(inference.lookahead(
             text, n_branches, depth, branch_mode=branch_mode, seed=seed,
             sampling=Sampling.from_keywords(None, locals()), session=session,
             partial=not from_mcp(request),  # an MCP call's session ends with it: no read to follow
-            messages=messages, model_name=cli.offered_model_name(model_name), constraint=constraint, stop=stop,
+            messages=messages, model_name=inference.offered_model_name(model_name), constraint=constraint, stop=stop,
             fit_tokens=fit_tokens, caret=caret,
         ), request)
 
@@ -125,8 +125,8 @@ def api_token_probabilities(
         and a "notice": ask again for the rest (an MCP call answers once the whole text is scored).
     """
     with caller_session(request) as session:
-        return reply(cli.token_probabilities(
-            text, k, session=session, messages=messages, model_name=cli.offered_model_name(model_name),
+        return reply(inference.token_probabilities(
+            text, k, session=session, messages=messages, model_name=inference.offered_model_name(model_name),
             partial=not from_mcp(request),  # an MCP call's session ends with it: no read to follow
         ), request)
 
@@ -153,8 +153,8 @@ def api_generate(
         "stop" (the stop string that ended it, or null).
     """
     with caller_session(request) as session:
-        for result in cli.generate_stream(text, max_new_tokens, method, session=session, messages=messages,
-                                          model_name=cli.offered_model_name(model_name), constraint=constraint,
+        for result in inference.generate_stream(text, max_new_tokens, method, session=session, messages=messages,
+                                          model_name=inference.offered_model_name(model_name), constraint=constraint,
                                           stop=stop, caret=caret):
             yield reply(result, request)
 
@@ -180,9 +180,9 @@ def api_next_token_distribution(
         "p_final" (after the settings), "kept" (not cut by top_k/top_p), "valid" (allowed by the constraint).
     """
     with caller_session(request) as session:
-        return reply(cli.next_token_distribution(
+        return reply(inference.next_token_distribution(
             text, k, sampling=Sampling.from_keywords(None, locals()), session=session, messages=messages,
-            model_name=cli.offered_model_name(model_name), constraint=constraint, caret=caret,
+            model_name=inference.offered_model_name(model_name), constraint=constraint, caret=caret,
         ), request)
 
 
@@ -208,8 +208,8 @@ def api_attribution(
         "score": its share, the window's scores summing to 1; null before the window).
     """
     with caller_session(request) as session:
-        return reply(cli.attribution(text, target_token_id, method, steps, window, session=session,
-                                     messages=messages, model_name=cli.offered_model_name(model_name),
+        return reply(inference.attribution(text, target_token_id, method, steps, window, session=session,
+                                     messages=messages, model_name=inference.offered_model_name(model_name),
                                      at_token=at_token), request)
 
 
@@ -240,7 +240,7 @@ def api_compare(
         "branches" [a, b].
     """
     with caller_session(request) as session:
-        return reply(cli.compare(
+        return reply(inference.compare(
             text, offered_models(models), k, n_branches, depth, session=session, messages=messages, caret=caret,
             constraint=constraint, stop=stop, sampling=Sampling.from_keywords(None, locals()),
         ), request)
@@ -251,11 +251,11 @@ def offered_models(models: object) -> object:
     `offered_model_name` does for one; anything but a list is left for compare's own check."""
     if not isinstance(models, (list, tuple)):
         return models
-    offered = cli.available_models()
+    offered = inference.available_models()
     unknown = [name for name in models if name not in (None, "", *offered)]
     if unknown:
         raise ValueError(f"models must each be one of {offered} (or empty for the default), got {unknown[0]!r}")
-    return [name or cli.default_model_name() for name in models]
+    return [name or inference.default_model_name() for name in models]
 
 
 def described(fn: Callable) -> Callable:

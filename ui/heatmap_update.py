@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import gradio as gr
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead.outputs import ScoredToken
 from ui.controls import Context, HeatmapView
 from ui.errors import refuse
@@ -44,12 +44,12 @@ def scores(text: str, view: HeatmapView, context: Context, session: str) -> List
     """The first model's listing of the text's tokens; comparing, with how the second model sees each (once the
     text is read: while its first tokens alone are listed, they are coloured by probability)."""
     asked = dict(session=session, messages=context.messages)
-    result = cli.token_probabilities.typed(text, HEATMAP_ALTERNATIVES, model_name=context.model_name, **asked)
+    result = inference.token_probabilities.typed(text, HEATMAP_ALTERNATIVES, model_name=context.model_name, **asked)
     if view.colour_by not in COMPARING or result.partial is not None:
         return Listing.of(result)
-    models = [context.model_name or cli.default_model_name(), view.compare_with]
-    comparison = cli.compare.typed(text, models, k=1, n_branches=0, **asked)
-    second = (cli.token_probabilities.typed(text, HEATMAP_ALTERNATIVES, model_name=models[1], **asked)
+    models = [context.model_name or inference.default_model_name(), view.compare_with]
+    comparison = inference.compare.typed(text, models, k=1, n_branches=0, **asked)
+    second = (inference.token_probabilities.typed(text, HEATMAP_ALTERNATIVES, model_name=models[1], **asked)
               if comparison.per == "token" else None)
     return with_comparison(result, comparison, second)
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import gradio as gr
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 
 NO_SCORES = "This server does not score the text you wrote, so it has no heatmap."
 NO_WHY = "“Why?” needs the model's gradients, in this app's process; this server returns log-probabilities only."
@@ -37,7 +37,7 @@ def offered(able: bool, why_not: str) -> dict:
 
 
 def server_limits() -> Limits:
-    capabilities = cli.backend().capabilities
+    capabilities = inference.backend().capabilities
     return Limits(offered(capabilities.prompt_scores, NO_SCORES), offered(capabilities.attribution, NO_WHY),
                   gr.update(interactive=capabilities.constraints),
                   gr.skip() if capabilities.constraints else gr.update(value=NO_CONSTRAINTS),

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 import gradio as gr
 from gradio.components import Component
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from ui.controls import Controls, by_name
 from ui.errors import handled, refuse
 from ui.handlers import answers_of, shaped_like
@@ -110,7 +110,7 @@ def still_continuing() -> None:
 
 def cancel_fit(session: str) -> None:
     """A newer event of the session makes the fit being asked for stale: it stops within a slice."""
-    cli.cancel(session, "lookahead")
+    inference.cancel(session, "lookahead")
 
 
 class Wiring:

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import gradio as gr
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from ui.errors import refuse
 from ui.render import plot_heading
 from ui.wiring import Update, Wiring
@@ -23,10 +23,10 @@ def compare_with(model_name: str | None, other: str | None) -> Update:
     are shown."""
     if not other:
         return {"beside": [gr.update(visible=False)] * 2, "headings": [plot_heading(None), plot_heading(None)]}
-    if other == (model_name or cli.default_model_name()):
+    if other == (model_name or inference.default_model_name()):
         raise refuse(f"{other} is the model the suggestions already come from: choose another to compare with.")
     return {"beside": [gr.update(visible=True)] * 2,
-            "headings": [plot_heading(model_name or cli.default_model_name()), plot_heading(other)]}
+            "headings": [plot_heading(model_name or inference.default_model_name()), plot_heading(other)]}
 
 
 class Beside(Protocol):
@@ -41,7 +41,7 @@ class Beside(Protocol):
 class ComparePanel:
     def __init__(self, chosen: str | None = None) -> None:
         # Made before the page's layout (the heatmap, built earlier, reads it), placed by `build`.
-        others = [name for name in cli.available_models() if name != cli.default_model_name()]
+        others = [name for name in inference.available_models() if name != inference.default_model_name()]
         self.other = gr.Dropdown([NOBODY, *others], value=chosen or "", label="Compare with…",
                                  elem_id="compare-model", render=False,
                                  info="a second model's suggestions beside the first's, for the same text")

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import gradio as gr
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from history import History
 from ui.chat import awaiting_user
 from ui.controls import Constraints, Context, Controls, Draft
@@ -83,7 +83,7 @@ def continue_text(
     session = session_key(request)
     STOPS.start(session)
     try:
-        results = cli.generate_stream.typed(text, int(n_tokens), method, session=session, messages=messages,
+        results = inference.generate_stream.typed(text, int(n_tokens), method, session=session, messages=messages,
                                       model_name=context.model_name, constraint=constraints.for_text(where.before),
                                       stop=constraints.stop_strings, caret=at)
         for result in results:

@@ -12,7 +12,7 @@ import json
 import gradio as gr
 from gradio.components import Component
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from history import History
 from ui.chat import MODES as CHAT_MODES
 from ui.chat import TEXT_LABELS
@@ -164,7 +164,7 @@ class HistoryPanel:
     """The session's tree (`state`), its buttons (`build_buttons`, beside the text) and its view (`build_tree`)."""
 
     def build_state(self) -> None:
-        self.state = gr.State(History.start(DEFAULT_TEXT, cli.default_model_name()))
+        self.state = gr.State(History.start(DEFAULT_TEXT, inference.default_model_name()))
         self.json = gr.Textbox(visible=False)  # carries an export to the browser's download
         # Each update sends this browser's copy what changed (history.changes); SAVE_HISTORY_JS keeps it.
         self.sync = gr.Textbox(visible="hidden", elem_id="history-sync")

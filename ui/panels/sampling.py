@@ -5,24 +5,24 @@ from __future__ import annotations
 
 import gradio as gr
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead.sampling import BRANCH_MODES, Sampling, knobs
 from ui.controls import MAX_BUTTONS, BranchShape, Controls
 from ui.wiring import Update, Wiring
 
-PRESET_NAMES = [*cli.PRESETS, "custom"]
+PRESET_NAMES = [*inference.PRESETS, "custom"]
 MAX_PAGE_DEPTH = 8  # tokens per branch the page offers (the API takes up to MAX_DEPTH)
 
 
 def apply_preset(name: str) -> Update:
     """The sampling controls set to a preset: the sampling and the branch mode (the seed is no preset's)."""
-    sampling, mode = cli.PRESETS[name]
+    sampling, mode = inference.PRESETS[name]
     return {"sampling": sampling, "branch_mode": mode}
 
 
 def matching_preset(sampling: Sampling, branch_mode: str) -> Update:
     """The preset the sampling controls now hold, or "custom"."""
-    matching = (name for name, preset in cli.PRESETS.items() if preset == (sampling, branch_mode))
+    matching = (name for name, preset in inference.PRESETS.items() if preset == (sampling, branch_mode))
     return {"preset": next(matching, "custom")}
 
 

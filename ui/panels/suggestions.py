@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import gradio as gr
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from history import History
 from lookahead.outputs import Branch, LeadTokens, Suggestions
 from ui.chat import awaiting_user
@@ -88,7 +88,7 @@ def fit_after() -> bool:
     so it follows the branches, yields to every other call, and the writer's next event cancels it. With the
     model on a GPU (ZeroGPU too, where each ask costs GPU time of its own) or behind a server, one ask
     brings both."""
-    return not cli.backend().capabilities.cheap_fit
+    return not inference.backend().capabilities.cheap_fit
 
 
 def answer_mark(serial: int, text: str) -> str:
@@ -102,7 +102,7 @@ def ask(place: Place, settings: Settings, request: gr.Request, fit_tokens: int, 
     """The lookahead at `place` with the page's settings (a constraint applies from the caret if it began after
     it)."""
     shape, context, constraints = settings.shape, settings.context, settings.constraints
-    return cli.lookahead.typed(
+    return inference.lookahead.typed(
         place.text, int(shape.n_branches), int(shape.depth), branch_mode=shape.branch_mode, seed=shape.seed,
         sampling=settings.sampling, session=session_key(request), model_name=context.model_name,
         messages=context.messages, precompute=PRECOMPUTE and not yielding, partial=not yielding,
@@ -212,7 +212,7 @@ def complete_at_caret(
     if bool(shown.place.after and branches) and fit_after() and all(b.fit is None for b in branches):
         try:
             result = ask(shown.place, settings, request, FIT_TOKENS, yielding=True)
-        except cli.Cancelled:
+        except inference.Cancelled:
             yield gr.skip()
             return
         fits = {tuple(b.token_ids): b.fit for b in result.branches}

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import gradio as gr
 
-import custom_llm_inference as cli
+import custom_llm_inference as inference
 from lookahead.outputs import AttributionProgress, Suggestions
 from ui.controls import Context, Controls
 from ui.errors import handled, refuse
@@ -93,13 +93,13 @@ def explain(question: Question | None, method: str, request: gr.Request, progres
         return {"why": gr.skip(), "why_state": None}
     result = None
     try:
-        for result in cli.attribution_stream.typed(
+        for result in inference.attribution_stream.typed(
             question.text, question.target_token_id, method, session=session_key(request),
             messages=question.messages, model_name=question.model_name, at_token=question.at_token,
         ):
             if isinstance(result, AttributionProgress):
                 progress((result.done, result.of), desc=f"why? {method.replace('_', ' ')}", unit="passes")
-    except cli.Cancelled:  # a newer question, Stop, or the tab closed: what the page shows stays
+    except inference.Cancelled:  # a newer question, Stop, or the tab closed: what the page shows stays
         return {"why": gr.skip(), "why_state": gr.skip()}
     return {"why": attribution_view(question.text, result, question.where, question.shown_prob),
             "why_state": question}
@@ -107,7 +107,7 @@ def explain(question: Question | None, method: str, request: gr.Request, progres
 
 def stop_explaining(request: gr.Request) -> None:
     """Stop: the running "why?" ends within one slice of its model work."""
-    if not cli.cancel(session_key(request), "attribution"):
+    if not inference.cancel(session_key(request), "attribution"):
         gr.Info("Nothing to stop: no explanation is running.")
 
 
@@ -116,7 +116,7 @@ class WhyPanel:
         with gr.Accordion("Why? (“why?” beside a token, on a branch, or in the heatmap)", open=True,
                           elem_id="why-panel"):
             with gr.Row():
-                self.method = gr.Radio(list(cli.ATTRIBUTION_METHODS), value="input_x_gradient", label="Method",
+                self.method = gr.Radio(list(inference.ATTRIBUTION_METHODS), value="input_x_gradient", label="Method",
                                        elem_id="why-method", scale=4)
                 self.stop = gr.Button("Stop", elem_id="why-stop", size="sm", scale=0, min_width=70)
             self.view = gr.HTML(elem_id="why-view")
