@@ -22,14 +22,14 @@ from lookahead.requests import LookaheadRequest
 from lookahead.sessions import SessionStore
 from lookahead.speculation import Speculator
 
-LISTINGS_KEPT = 64
-LAST_SHOWN_KEPT = 64
+LISTINGS_KEPT = 64  # sessions whose last token listing is kept
+LAST_SHOWN_KEPT = 64  # (model, session) pairs whose last suggestions are kept
 # Two models' caches for the same text, per session comparing: a comparison holds both, so fewer are kept than
 # single caches (the least recently used goes; a new comparison then reads its text afresh).
 COMPARISONS_KEPT = 4
 
 _numbers = itertools.count()
-_registered: weakref.WeakValueDictionary[int, Stores] = weakref.WeakValueDictionary()
+_registered: weakref.WeakValueDictionary[int, Stores] = weakref.WeakValueDictionary()  # the live backends' stores
 # Every backend's background workers. A worker's thread holds it while it may still work, so one whose backend is
 # gone is still here to be stopped at exit.
 _background: weakref.WeakSet[Reader | Speculator] = weakref.WeakSet()
