@@ -44,9 +44,10 @@ def test_two_backends_on_different_models_answer_side_by_side_each_from_its_own_
     lookaheads = [LookaheadRequest(text=TEXT, session=SESSION, model_name=name, n_branches=2, depth=2)
                   for name in names]
     for backend, name, request in zip(backends, names, lookaheads):
-        assert backend.lookahead(request) == inference.lookahead(TEXT, 2, 2, session="alone", model_name=name)
+        assert backend.lookahead(request) == inference.lookahead.typed(TEXT, 2, 2, session="alone", model_name=name)
         scores = ScoresRequest(text=TEXT, session=SESSION, model_name=name, k=3)
-        assert backend.scores(scores) == inference.token_probabilities(TEXT, 3, session="alone", model_name=name)
+        assert backend.scores(scores) == inference.token_probabilities.typed(TEXT, 3, session="alone",
+                                                                             model_name=name)
     for backend, name in zip(backends, names):
         assert list(backend.prefix_caches._entries) == list(backend.listings._last) == [(name, SESSION)]
 
@@ -54,7 +55,7 @@ def test_two_backends_on_different_models_answer_side_by_side_each_from_its_own_
     first.forget(SESSION)
     assert not any(held(first).values())
     assert list(second.prefix_caches._entries) == list(second.listings._last) == [(names[1], SESSION)]
-    again = inference.lookahead(TEXT, 2, 2, session="alone", model_name=names[1])  # warm, as the second backend is
+    again = inference.lookahead.typed(TEXT, 2, 2, session="alone", model_name=names[1])  # warm, as the second is
     assert second.lookahead(lookaheads[1]) == again
 
 
