@@ -43,6 +43,8 @@ from lookahead.checks import (
     MAX_BRANCHES,
     MAX_DEPTH,
     MAX_FIT_TOKENS,
+    MAX_MAP_DEPTH,
+    MAX_MAP_NODES,
     MAX_NEW_TOKENS,
     MAX_SEED,
     MAX_STEPS,
@@ -54,6 +56,7 @@ from lookahead.checks import (
     check_at_token,
     check_choice,
     check_constraint,
+    check_cutoff,
     check_int,
     check_messages,
     check_models,
@@ -73,6 +76,7 @@ from lookahead.outputs import (
     AttributionProgress,
     Continuation,
     ModelComparison,
+    Multiverse,
     NextToken,
     Suggestions,
     TokenScores,
@@ -85,6 +89,7 @@ from lookahead.requests import (
     DistributionRequest,
     GenerateRequest,
     LookaheadRequest,
+    MultiverseRequest,
     ScoresRequest,
 )
 from lookahead.sampling import BRANCH_MODES, MAX_TOP_K, PRESETS, Sampling
@@ -96,6 +101,8 @@ __all__ = [
     "MAX_BRANCHES",
     "MAX_DEPTH",
     "MAX_FIT_TOKENS",
+    "MAX_MAP_DEPTH",
+    "MAX_MAP_NODES",
     "MAX_NEW_TOKENS",
     "MAX_SEED",
     "MAX_STEPS",
@@ -123,6 +130,7 @@ __all__ = [
     "gpu_seconds",
     "load_model",
     "lookahead",
+    "multiverse",
     "next_token_distribution",
     "on_zero_gpu",
     "offered_model_name",
@@ -379,6 +387,58 @@ def lookahead(
         fit_tokens=check_int("fit_tokens", fit_tokens, 0, MAX_FIT_TOKENS),
     )
     return _backend.lookahead(request, precompute, partial, yielding)
+
+
+@answers_json
+def multiverse(
+    text: str,
+    depth: int = 3,
+    cutoff: float = 0.05,
+    *,
+    caret: int | None = None,
+    session: str = "default",
+    model_name: str | None = None,
+    messages: list[dict] | None = None,
+    constraint: dict | None = None,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    repetition_penalty: float = 1.0,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    min_p: float = 0.0,
+    sampling: Sampling | None = None,
+) -> Multiverse:
+    """The map of futures: every continuation of `text` of at most `depth` tokens (1–8) whose mass is at least
+    `cutoff` (0 < cutoff < 1), the block multiverse of loom-style tools, grown a level per tree-masked pass over the
+    session's cache (lookahead/multiverse.py).
+
+    Returns {"model", "device", "context_tokens", "reused_tokens", "truncated_tokens", "healed_whitespace", "notice",
+    "sampling", "depth", "cutoff", "top_n", "passes", "nodes": [...]}. The nodes come root first (the text itself:
+    "token_id" None, "mass" 1), then depth first, each node's children by mass; each has "id" (its place in the
+    list), "parent", "token_id", "token", "text" (what inserting its path at the caret writes), "prob" (p_final given
+    its parent's path, after the sampling settings and the constraint), "p_base" (the plain softmax), "mass" (the
+    product of "prob" along its path), "depth", "entropy" (bits, of p_final after it; None where nothing follows),
+    "rest" (the mass of its children not listed), "on_text", "ends" (an end token: nothing follows it). A node's
+    children are exactly the tokens that keep its mass at least `cutoff`, so the map lists at most depth/cutoff nodes
+    (MAX_MAP_NODES at most: a smaller cutoff is refused). `caret` (a character offset into `text`): the map at the
+    caret, for `text[:caret]`, and the writer's own next `depth` tokens after it (the text after the caret tokenized
+    on its own) are listed whatever their mass, with "on_text" true (the root's too). Healing, `constraint`,
+    `messages` and the sampling settings (flat keywords or one `sampling`) are as for `lookahead`. "passes": the
+    model passes the tree took (a warm text: about `depth`). "top_n" is None where every mass is exact; through a
+    server that lists each node's top N tokens only it is N, and a child outside a node's top N is missing from the
+    map though its mass may reach the cutoff (its mass is in "rest"; "entropy" is then None).
+    """
+    depth = check_int("depth", depth, 1, MAX_MAP_DEPTH)
+    common, after = at_caret(text, caret, session, model_name, messages, constraint)
+    return _backend.multiverse(MultiverseRequest(
+        **common,
+        depth=depth,
+        cutoff=check_cutoff(cutoff, depth),
+        sampling=Sampling.from_keywords(sampling, locals()),
+        constraint=check_constraint(constraint, common["text"], common["model_name"]),
+        after=after,
+    ))
 
 
 @answers_json

@@ -135,16 +135,7 @@ def get_lookahead_sequences(
     cache = GrowableCache() if cache is None else cache
     prompt_len = input_ids.shape[1]
     stored = cache.get_seq_length()  # the hidden entries included
-    if hidden:
-        logits, scores = _extend_beside(model, input_ids, cache, stored - hidden, hidden), None
-    elif known_scores is None:
-        logits, scores = extend_cache(model, input_ids, cache), None
-    else:
-        logits, scores = extend_and_score(model, input_ids, cache, known_scores)
-    # the logical position of each of the prompt's cache entries; -1: hidden
-    seen = stored - hidden
-    places = torch.cat([torch.arange(seen), torch.full((hidden,), -1), torch.arange(seen, prompt_len)]).to(
-        input_ids.device)
+    logits, scores, places = extend_prompt(model, input_ids, cache, hidden, known_scores)
     read = len(places)  # cache entries of the prompt: what comes back
     unforced = prompt_len if unforced is None else unforced  # a lead is the branches' own, as a constraint's is not
     lead_ids, lead_probs = [], []
@@ -204,6 +195,23 @@ def get_lookahead_sequences(
         fit = _fit(model, cache, places, sequences, input_ids[0, unforced - 1], unforced, follow, prompt_len)
     cache.crop(-(cache.get_seq_length() - (stored if hidden else read)))
     return Lookahead(sequences, logits, step_logits, cache, branch_kv, scores, first_valid, fit, lead_ids, lead_probs)
+
+
+def extend_prompt(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache, hidden: int = 0,
+                  known_scores: Scores | None = None) -> tuple[torch.Tensor, Scores | None, torch.Tensor]:
+    """Run what `cache` lacks of `input_ids` (1, T), beside its last `hidden` entries (a caret's text after it,
+    which nothing sees), scoring the new tokens with `known_scores`. The last logits (vocab,), the scores, and each
+    cache entry's logical position (-1: hidden), which every tree pass after it masks and places by."""
+    stored = cache.get_seq_length()
+    if hidden:
+        logits, scores = _extend_beside(model, input_ids, cache, stored - hidden, hidden), None
+    elif known_scores is None:
+        logits, scores = extend_cache(model, input_ids, cache), None
+    else:
+        logits, scores = extend_and_score(model, input_ids, cache, known_scores)
+    seen = stored - hidden
+    places = torch.cat([torch.arange(seen), torch.full((hidden,), -1), torch.arange(seen, input_ids.shape[1])])
+    return logits, scores, places.to(input_ids.device)
 
 
 def _certain(base: torch.Tensor, final: torch.Tensor, lead: Lead) -> tuple[int, float] | None:

@@ -23,6 +23,8 @@ MAX_STOPS, MAX_STOP_CHARS = 8, 200
 MAX_STEPS, MAX_WINDOW = 64, 2048  # attribution: integrated-gradients points, tokens explained
 MAX_SEED = 2**63 - 1  # torch.Generator's seeds are 64-bit
 MAX_FIT_TOKENS = 256  # tokens after the caret a branch's fit is measured on
+MAX_MAP_DEPTH = 8  # the map of futures: tokens deep
+MAX_MAP_NODES = 2000  # and nodes listed, at most depth/cutoff (each level's masses sum to at most 1)
 
 
 def check_int(name: str, value: object, low: int, high: int) -> int:
@@ -32,6 +34,18 @@ def check_int(name: str, value: object, low: int, high: int) -> int:
     if not low <= value <= high:
         raise ValueError(f"{name} must be between {low} and {high}, got {value}")
     return int(value)
+
+
+def check_cutoff(cutoff: object, depth: int) -> float:
+    """A map's cutoff: a mass strictly between 0 and 1, large enough that the map stays within MAX_MAP_NODES."""
+    if isinstance(cutoff, bool) or not isinstance(cutoff, (int, float)) or not 0 < cutoff < 1:
+        raise ValueError(f"cutoff must be a number between 0 and 1 (exclusive), the least mass a future listed has, "
+                         f"got {cutoff!r}")
+    if depth / cutoff > MAX_MAP_NODES:
+        raise ValueError(f"depth {depth} with cutoff {cutoff:g} could list up to {math.floor(depth / cutoff):,} "
+                         f"nodes (depth/cutoff); the limit is {MAX_MAP_NODES:,}: raise the cutoff to at least "
+                         f"{depth / MAX_MAP_NODES:g} or lower the depth")
+    return float(cutoff)
 
 
 def check_choice(name: str, value: object, choices: Iterable[str]) -> str:

@@ -246,6 +246,50 @@ class Continuation:
     stop: str | None
 
 
+class FutureNode(NamedTuple):
+    """A block of the map of futures: a continuation of the text (the root, `parent` None, is the text itself).
+
+    `prob` is p_final given the parent's path, `mass` the product of `prob` along the path, `entropy` (bits) that of
+    p_final after it (None where nothing follows or a server cannot tell), `rest` the mass of its children not
+    listed; `text` is what inserting the path at the caret writes."""
+
+    id: int
+    parent: int | None
+    token_id: int | None
+    token: str
+    text: str
+    prob: float
+    p_base: float
+    mass: float
+    depth: int
+    entropy: float | None
+    rest: float
+    on_text: bool
+    ends: bool
+
+
+@dataclass(frozen=True)
+class Multiverse:
+    """`multiverse`'s answer: every continuation of at most `depth` tokens whose mass is at least `cutoff`, root
+    first, then depth first with each node's children by mass (the writer's own next tokens, at a caret, too).
+    `top_n`: None where every mass is exact; N through a server that lists each node's top N only (a child outside
+    them is not known)."""
+
+    model: str
+    device: str
+    context_tokens: int
+    reused_tokens: int
+    truncated_tokens: int
+    healed_whitespace: str
+    notice: str
+    sampling: Sampling
+    depth: int
+    cutoff: float
+    top_n: int | None
+    passes: int
+    nodes: list[FutureNode]
+
+
 def as_json(value: object) -> object:
     """`value` as plain JSON data: answers become dicts with their fields in order, tuples lists; a partial answer's
     fields that are None where the answer is whole are left out (`TokenScores`' "partial" and "notice",

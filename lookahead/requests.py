@@ -116,5 +116,16 @@ class CompareRequest(Request):
         return self.text + (self.after or "")
 
 
+@dataclass(frozen=True, kw_only=True)
+class MultiverseRequest(Request):
+    """The map of futures: every continuation of at most `depth` tokens at least `cutoff` likely (by mass)."""
+
+    depth: int = 3
+    cutoff: float = 0.05
+    sampling: Sampling = PLAIN
+    constraint: Constraint | None = None
+    after: str | None = None  # the text after the caret: its first `depth` tokens are the writer's own path
+
+
 REQUEST_TYPES = (LookaheadRequest, DistributionRequest, ScoresRequest, GenerateRequest, AttributionRequest,
-                 CompareRequest)
+                 CompareRequest, MultiverseRequest)

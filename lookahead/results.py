@@ -22,6 +22,7 @@ from lookahead.outputs import (
     Branch,
     Continuation,
     ForcedTokens,
+    FutureNode,
     LeadTokens,
     NextToken,
     ScoredToken,
@@ -32,6 +33,7 @@ from lookahead.scoring import Scores, token_spans, unscored
 
 if TYPE_CHECKING:
     from lookahead.context import ScoredText
+    from lookahead.multiverse import Node
 
 DISTRIBUTION_ROWS = 10  # a lookahead's distribution lists at least this many tokens: the page plots them
 REFUSED_ROWS = 3  # under a constraint it then lists the likeliest tokens the constraint refuses
@@ -332,3 +334,26 @@ def _trimmed(pieces: list[str], length: int) -> list[str]:
         out.append(piece[: max(0, length - total)])
         total += len(out[-1])
     return out
+
+
+def future_nodes(nodes: list[Node], tokenizer: PreTrainedTokenizerBase, healed: str,
+                 stops: Collection[int]) -> list[FutureNode]:
+    """The map's nodes as listed: the root (nodes[0]) first, then depth first, each node's children by mass; ids
+    are places in that list. A path's `text` leaves out the whitespace healing backed up (the text has it) and an
+    end token's own text (taking the path ends the text)."""
+    order, stack = [], [0]
+    while stack:
+        i = stack.pop()
+        order.append(i)
+        stack.extend(sorted(nodes[i].children, key=lambda c: nodes[c].mass))  # the likeliest popped first
+    place = {i: n for n, i in enumerate(order)}
+    listed = [nodes[i] for i in order]
+    tokens = tokenizer.batch_decode([[node.token_id] for node in listed[1:]], clean_up_tokenization_spaces=False)
+    paths = [list(node.path[:-1] if node.path[-1] in stops else node.path) for node in listed[1:]]
+    texts = tokenizer.batch_decode(paths, clean_up_tokenization_spaces=False)
+    texts = [text.removeprefix(healed) for text in texts]
+    return [FutureNode(n, None if node.parent is None else place[node.parent], node.token_id, token, text,
+                       node.prob, node.p_base, node.mass, node.depth, node.entropy,
+                       max(0.0, node.mass - sum(nodes[c].mass for c in node.children)) if not node.ends else 0.0,
+                       node.on_text, node.ends)
+            for n, (node, token, text) in enumerate(zip(listed, ["", *tokens], ["", *texts]))]

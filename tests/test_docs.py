@@ -319,6 +319,18 @@ LIMIT_ROWS = {
         lambda v: inference.lookahead("x", fit_tokens=v),
         names="fit_tokens",
     ),
+    "`depth` of `multiverse`": Limit(
+        lambda: [1, inference.MAX_MAP_DEPTH],
+        lambda: beyond(1, inference.MAX_MAP_DEPTH),
+        lambda v: inference.multiverse("x", depth=v),
+        names="depth",
+    ),
+    "`cutoff` of `multiverse`": Limit(
+        lambda: [0, 1, inference.MAX_MAP_NODES],
+        lambda: [0, 1, 3 / (inference.MAX_MAP_NODES + 1)],
+        lambda v: inference.multiverse("x", depth=3, cutoff=v),
+        names="cutoff",
+    ),
     "`messages`": Limit(
         lambda: [MAX_MESSAGES, inference.MAX_TEXT_CHARS],
         lambda: [[USER] * (MAX_MESSAGES + 1), [{**USER, "content": "x" * (inference.MAX_TEXT_CHARS + 1)}]],

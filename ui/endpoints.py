@@ -246,6 +246,37 @@ def api_compare(
         ), request)
 
 
+def api_multiverse(
+    text: str, depth: int = 3, cutoff: float = 0.05, messages: list[dict] | None = None,
+    model_name: str | None = None, constraint: dict | None = None, caret: int | None = None,
+    temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, repetition_penalty: float = 1.0,
+    presence_penalty: float = 0.0, frequency_penalty: float = 0.0, min_p: float = 0.0, request: gr.Request = None,
+) -> dict:
+    """A map of every future a language model could write next: each continuation of a few tokens above a cutoff.
+
+    Args:
+        text: The text so far; the futures continue it. In chat mode, the assistant's reply so far (may be empty).
+        depth: How many tokens ahead the map reaches (1-8).
+        cutoff: The least mass a future listed has (its tokens' probabilities multiplied), 0-1; depth/cutoff <= 2000.
+        messages: Chat mode: the earlier turns, a list of {"role": "system"|"user"|"assistant", "content": text}.
+        model_name: One of the models the app offers; empty for the default.
+        constraint: {"type": "choice"|"regex"|"json_schema"|"grammar", "value": ..., "start": offset in text or null}.
+        caret: Map the futures at this character offset into text (null: its end); the text's own next tokens too.
+
+    Returns:
+        An object: "nodes", the root first ("token_id" null, "mass" 1), then depth first, children by mass; each
+        node has "id", "parent", "token", "token_id", "text" (what inserting its path writes), "prob" (given its
+        parent), "p_base", "mass", "depth", "entropy" (bits), "rest" (its children's mass not listed), "on_text"
+        (the writer's own next tokens), "ends"; and "depth", "cutoff", "passes", "top_n" (null: masses exact).
+    """
+    with caller_session(request) as session:
+        return reply(inference.multiverse(
+            text, depth, cutoff, caret=caret, session=session, messages=messages,
+            model_name=inference.offered_model_name(model_name), constraint=constraint,
+            sampling=Sampling.from_keywords(None, locals()),
+        ), request)
+
+
 def offered_models(models: object) -> object:
     """The models a visitor names for `compare`, if this app offers them ("" or None: the default), as
     `offered_model_name` does for one; anything but a list is left for compare's own check."""
@@ -274,7 +305,8 @@ def described(fn: Callable) -> Callable:
 
 # Each endpoint and the concurrency group it runs in: "generate" for continuations, "explain" for attributions.
 ENDPOINTS = [(api_lookahead, "interact"), (api_generate, "generate"), (api_next_token_distribution, "interact"),
-             (api_token_probabilities, "interact"), (api_attribution, "explain"), (api_compare, "interact")]
+             (api_token_probabilities, "interact"), (api_attribution, "explain"), (api_compare, "interact"),
+             (api_multiverse, "interact")]
 
 
 def serve_endpoints() -> None:

@@ -23,6 +23,7 @@ from lookahead.outputs import (
     AttributionProgress,
     Continuation,
     ModelComparison,
+    Multiverse,
     NextToken,
     Suggestions,
     TokenScores,
@@ -33,6 +34,7 @@ from lookahead.requests import (
     DistributionRequest,
     GenerateRequest,
     LookaheadRequest,
+    MultiverseRequest,
     ScoresRequest,
 )
 
@@ -86,6 +88,10 @@ class Backend(Protocol):
 
     def compare(self, request: CompareRequest) -> ModelComparison:
         """Two models on one text (lookahead/comparison.py)."""
+        ...
+
+    def multiverse(self, request: MultiverseRequest) -> Multiverse:
+        """The map of futures (lookahead/multiverse.py)."""
         ...
 
     def warm_up(self) -> Iterator[str]:

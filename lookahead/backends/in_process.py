@@ -20,6 +20,7 @@ from lookahead.backends.runners.attribution import run_attribution
 from lookahead.backends.runners.branches import run_distribution, run_lookahead
 from lookahead.backends.runners.comparison import run_comparison
 from lookahead.backends.runners.generation import run_generation
+from lookahead.backends.runners.multiverse import run_multiverse
 from lookahead.backends.runners.reads import partial_lookahead, partial_scores, read_first, wait_for_read
 from lookahead.backends.runners.scores import run_scores
 from lookahead.models import converted, default_model_name, device, load_model, on_zero_gpu
@@ -28,6 +29,7 @@ from lookahead.outputs import (
     AttributionProgress,
     Continuation,
     ModelComparison,
+    Multiverse,
     NextToken,
     Suggestions,
     TokenScores,
@@ -39,6 +41,7 @@ from lookahead.requests import (
     DistributionRequest,
     GenerateRequest,
     LookaheadRequest,
+    MultiverseRequest,
     Request,
     ScoresRequest,
 )
@@ -130,6 +133,11 @@ class InProcess(Stores):
         with scheduler.interactive():
             return last(self._serve(request))
 
+    def multiverse(self, request: MultiverseRequest) -> Multiverse:
+        wait_for_read(self, request)
+        with scheduler.interactive():
+            return last(self._serve(request))
+
     def warm_up(self) -> Iterator[str]:
         """Load the default model, and time what a first answer to a long text may read, while the machine is
         idle (a crowd arriving at once would make the timing, and every first answer after it, too short).
@@ -203,5 +211,7 @@ def answer(backend: int, request: Request) -> Iterator[object]:
             yield from run_attribution(request)
         case CompareRequest():
             yield run_comparison(stores, request)
+        case MultiverseRequest():
+            yield run_multiverse(stores, request)
         case _:
             raise TypeError(f"not a request: {request!r}")

@@ -17,7 +17,7 @@ from lookahead.context import Prompt, follow_ids, read_prompt
 from lookahead.models import context_limit, eos_ids, load_model
 from lookahead.outputs import NextToken, PartialSuggestions, Suggestions
 from lookahead.prefix_cache import PrefixCacheStore
-from lookahead.requests import DistributionRequest, LookaheadRequest
+from lookahead.requests import DistributionRequest, LookaheadRequest, MultiverseRequest
 from lookahead.results import (
     DISTRIBUTION_ROWS,
     LEAD_PROB,
@@ -135,11 +135,13 @@ def _lead(model: PreTrainedModel) -> Lead:
     return Lead(LEAD_PROB, MAX_LEAD_TOKENS, frozenset(eos_ids(model.generation_config)))
 
 
-def prompt_of(request: LookaheadRequest | DistributionRequest, model: PreTrainedModel,
+def prompt_of(request: LookaheadRequest | DistributionRequest | MultiverseRequest, model: PreTrainedModel,
               tokenizer: PreTrainedTokenizerBase, matchers: MatcherStore, force: bool) -> Prompt:
     """What the model reads for a lookahead (room for a lead and its branches; after the tokens a constraint
-    forces, with `force`) or a distribution (room for one token)."""
-    room = request.depth + MAX_LEAD_TOKENS if isinstance(request, LookaheadRequest) else 1
+    forces, with `force`), a map of futures (room for its depth) or a distribution (room for one token)."""
+    room = 1
+    if isinstance(request, (LookaheadRequest, MultiverseRequest)):
+        room = request.depth + (MAX_LEAD_TOKENS if isinstance(request, LookaheadRequest) else 0)
     vocab_size = model.config.get_text_config().vocab_size
     return read_prompt(request, tokenizer, matchers, context_limit(model), room, vocab_size, model.device, force)
 

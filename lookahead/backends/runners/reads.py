@@ -14,12 +14,13 @@ from lookahead.context import read_scored_text
 from lookahead.models import context_limit, load_model, on_zero_gpu
 from lookahead.outputs import PartialScores, Suggestions, TokenScores
 from lookahead.reading import Read
-from lookahead.requests import DistributionRequest, LookaheadRequest, ScoresRequest
+from lookahead.requests import DistributionRequest, LookaheadRequest, MultiverseRequest, ScoresRequest
 from lookahead.results import scores_result
 from lookahead.scoring import unscored
 
 
-def read_first(stores: Stores, request: LookaheadRequest | DistributionRequest | ScoresRequest) -> Read | None:
+def read_first(stores: Stores, request: LookaheadRequest | DistributionRequest | MultiverseRequest | ScoresRequest
+               ) -> Read | None:
     """The background read that the request's text needs first (lookahead/reading.py), started if need be;
     None when the call reads what it needs itself. On ZeroGPU nothing runs after a call returns: a call reads
     its whole text."""
@@ -38,9 +39,9 @@ def read_first(stores: Stores, request: LookaheadRequest | DistributionRequest |
                               scored or stores.prefix_caches.scoring(request.key))
 
 
-def wait_for_read(stores: Stores, request: DistributionRequest) -> None:
+def wait_for_read(stores: Stores, request: DistributionRequest | MultiverseRequest) -> None:
     """Let a long text be read as a long job first, its slices yielding to everyone's clicks, rather than in
-    one pass that holds them all up (a distribution has no partial answer)."""
+    one pass that holds them all up (a distribution or a map has no partial answer)."""
     read = read_first(stores, request)
     if read is not None:
         read.finished.wait()
