@@ -423,7 +423,7 @@ def multiverse(
     children are exactly the tokens that keep its mass at least `cutoff`, so the map lists at most depth/cutoff nodes
     (MAX_MAP_NODES at most: a smaller cutoff is refused). `caret` (a character offset into `text`): the map at the
     caret, for `text[:caret]`, and the writer's own next `depth` tokens after it (the text after the caret tokenized
-    on its own) are listed whatever their mass, with "on_text" true (the root's too). Healing, `constraint`,
+    on its own) are listed whatever their mass, with "on_text" true (as the root, the text itself, always is). Healing, `constraint`,
     `messages` and the sampling settings (flat keywords or one `sampling`) are as for `lookahead`. "passes": the
     model passes the tree took (a warm text: about `depth`). "top_n" is None where every mass is exact; through a
     server that lists each node's top N tokens only it is N, and a child outside a node's top N is missing from the
