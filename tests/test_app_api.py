@@ -203,6 +203,9 @@ def test_every_endpoint_takes_an_offered_model_and_refuses_others(client, tiny_m
     assert [b["token_ids"] for b in remote["branches"]] == [b["token_ids"] for b in local["branches"]]
     assert client.predict(text, 3, model_name=tiny, api_name="/token_probabilities")["model"] == tiny
     assert client.predict(text, 4, "greedy", model_name=tiny, api_name="/generate")["model"] == tiny
-    for endpoint in ("/lookahead", "/next_token_distribution", "/token_probabilities", "/generate"):
+    futures = client.predict(text, 2, 0.05, model_name=tiny, api_name="/multiverse")
+    assert futures["model"] == tiny and [n["token_id"] for n in futures["nodes"]] == [
+        n["token_id"] for n in inference.multiverse(text, 2, 0.05, session="local tiny map", model_name=tiny)["nodes"]]
+    for endpoint in ("/lookahead", "/next_token_distribution", "/token_probabilities", "/generate", "/multiverse"):
         with pytest.raises(Exception, match="model_name must be one of"):
             client.predict(text, model_name="gpt2", api_name=endpoint)

@@ -19,7 +19,8 @@ from lookahead.sampling import knobs
 from mcp_client import answer, call, list_tools
 
 ROOT = Path(__file__).resolve().parents[1]
-TOOLS = {"lookahead", "next_token_distribution", "token_probabilities", "attribution", "generate", "compare"}
+TOOLS = {"lookahead", "next_token_distribution", "token_probabilities", "attribution", "generate", "compare",
+         "multiverse"}
 PRIVATE_TEXT = "Dear Ada, the spare key to the blue cottage is under the third flowerpot from the left, as"
 START_SECONDS = 300  # a cold start on a busy 2-core machine: import, load the model, measure its pass costs
 
@@ -99,6 +100,11 @@ def test_every_other_tool_answers_json(server):
     compared = answer(server, "compare", {"text": text, "models": [default, default], "n_branches": 2, "depth": 2})
     assert [t["js"] for t in compared["tokens"]] == pytest.approx(
         [t["js"] for t in inference.compare(text, [default, default], n_branches=2, depth=2)["tokens"]], abs=1e-6)
+    futures = answer(server, "multiverse", {"text": text, "depth": 2, "cutoff": 0.05, "caret": 9})
+    local = inference.multiverse(text, 2, 0.05, caret=9, session="reference map")
+    assert [(n["parent"], n["token_id"], n["on_text"]) for n in futures["nodes"]] == [
+        (n["parent"], n["token_id"], n["on_text"]) for n in local["nodes"]]
+    assert [n["mass"] for n in futures["nodes"]] == pytest.approx([n["mass"] for n in local["nodes"]], abs=1e-5)
 
 
 @pytest.mark.parametrize("tool, arguments, reference", [
@@ -106,6 +112,7 @@ def test_every_other_tool_answers_json(server):
     ("lookahead", {"text": "Hi", "n_branches": 99}, lambda: inference.lookahead("Hi", 99)),
     ("token_probabilities", {"text": "Hi", "k": 21}, lambda: inference.token_probabilities("Hi", 21)),
     ("generate", {"text": "Hi", "method": "beam"}, lambda: inference.generate("Hi", 8, "beam")),
+    ("multiverse", {"text": "Hi", "depth": 8, "cutoff": 0.001}, lambda: inference.multiverse("Hi", 8, 0.001)),
 ])
 def test_bad_input_is_a_tool_error_with_the_apis_message(server, tool, arguments, reference):
     with pytest.raises(ValueError) as refused:
