@@ -26,7 +26,8 @@ from transformers import DynamicCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import custom_llm_inference as inference  # noqa: E402
-from lookahead.branches import extend_cache, get_lookahead_sequences  # noqa: E402
+from lookahead.branches import get_lookahead_sequences  # noqa: E402
+from lookahead.cache_passes import extend_cache  # noqa: E402
 
 N_BRANCHES, DEPTH = 5, 3
 

@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_lookahead import corpus  # noqa: E402
 
 import custom_llm_inference as inference  # noqa: E402
-from lookahead.branches import extend_cache, get_lookahead_sequences  # noqa: E402
+from lookahead.branches import get_lookahead_sequences  # noqa: E402
+from lookahead.cache_passes import extend_cache  # noqa: E402
 from lookahead.cpu_linear import cpu_model, machine_key, measure_pass_costs, use_linear_path  # noqa: E402
 from lookahead.kv_cache import GrowableCache  # noqa: E402
 from lookahead.models import model_pass_costs  # noqa: E402

@@ -23,10 +23,12 @@ from typing import NamedTuple
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from lookahead.cache_passes import additive_mask, extend_prompt, tree_attention_mask, visibility_mask
 from lookahead.constraints import Guide
 from lookahead.kv_cache import GrowableCache
+from lookahead.multiverse import Dist, likeliest_paths
 from lookahead.sampling import PLAIN, Sampling, choose, ranked
-from lookahead.scoring import Scores, extend_and_score
+from lookahead.scoring import Scores
 
 
 class Lookahead(NamedTuple):
@@ -53,44 +55,12 @@ class Lead(NamedTuple):
     stops: frozenset[int]
 
 
-def extend_cache(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
-    """Run the tokens of `input_ids` (1, T) that `cache` does not hold yet; return the last logits (vocab,).
-
-    At least one token must be new, since the last position's logits are not cached.
-    """
-    past = cache.get_seq_length()
-    if not 0 <= past < input_ids.shape[1]:
-        raise ValueError(f"cache holds {past} tokens; need fewer than the {input_ids.shape[1]} given")
-    out = model(input_ids[:, past:], past_key_values=cache, use_cache=True, logits_to_keep=1)
-    return out.logits[0, -1]
 
 
-def tree_attention_mask(
-    prompt: int | torch.Tensor, k: int, step: int, dtype: torch.dtype, device: torch.device
-) -> torch.Tensor:
-    """(1, 1, k, P + step*k) additive mask for feeding branch tokens of depth `step-1`.
-
-    Columns: the prompt's P cache entries (`prompt`: their number, all visible, or a bool (P,) of the visible
-    ones), then `step` blocks of k branch tokens, of which row b sees only column b of each block (its own branch).
-    """
-    return additive_mask(prompt, torch.eye(k, dtype=torch.bool, device=device).repeat(1, step), dtype, device)
 
 
-def additive_mask(
-    past: int | torch.Tensor, own: torch.Tensor, dtype: torch.dtype, device: torch.device
-) -> torch.Tensor:
-    """(1, 1, q, P + n) additive attention mask for q new tokens: each sees the P cached positions (`past`: how
-    many, all visible, or a bool (P,) of the visible ones), and of the n new columns those where the boolean
-    (q, n) `own` is True; the rest get dtype's lowest value."""
-    seen = torch.ones(past, dtype=torch.bool, device=own.device) if isinstance(past, int) else past.to(own.device)
-    return visibility_mask(torch.cat([seen.expand(own.shape[0], -1), own], dim=1), dtype, device)
 
 
-def visibility_mask(visible: torch.Tensor, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """(1, 1, q, n) additive attention mask from a bool (q, n): dtype's lowest value where a row must not look."""
-    mask = torch.zeros(visible.shape, dtype=dtype, device=device)
-    mask.masked_fill_(~visible.to(device), torch.finfo(dtype).min)
-    return mask[None, None]
 
 
 @torch.inference_mode()
@@ -170,23 +140,14 @@ def get_lookahead_sequences(
         prompt_len, allowed_first_tokens = prompt_len + 1, None  # healing bears on the text's next token only
     if first_valid is not None:
         first = first.masked_fill(~first_valid, float("-inf"))  # branches start from valid tokens only
-    tokens = ranked(first, final, n_branch_tokens)
-    k = len(tokens)
-    guides = _forked(guide, tokens.tolist())
-    sequences = [tokens]
-    step_logits = []
-    for step in range(1, depth):
-        mask = tree_attention_mask(places >= 0, k, step, model.dtype, input_ids.device)
-        positions = torch.full((1, k), prompt_len + step - 1, device=input_ids.device)
-        out = model(tokens[None], past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True)
-        step_logits.append(out.logits[0])
-        context = torch.cat([input_ids.expand(k, -1), torch.stack(sequences, dim=1)], dim=1)
-        valid = None if guides is None else torch.stack([_still_valid(g) for g in guides])
-        tokens = choose(sampling.final_scores(context, out.logits[0], valid), branch_mode, generator)
-        if guides is not None:
-            for g, token in zip(guides, tokens.tolist()):
-                g.advance(token)
-        sequences.append(tokens)
+    if branch_mode == "mass":
+        root = Dist(torch.log_softmax(first, -1), torch.log_softmax(final, -1))
+        paths = likeliest_paths(model, input_ids, cache, places, root, sampling, guide, n_branch_tokens, depth)
+        sequences, step_logits = _run_paths(model, cache, places, paths, depth, prompt_len)
+    else:
+        sequences, step_logits = _continued(model, cache, places, input_ids, ranked(first, final, n_branch_tokens),
+                                            guide, sampling, branch_mode, generator, depth)
+    k = len(sequences[0])
     fed = depth > 1 or lead_ids
     branch_kv = [_branch_kv(cache, read, len(places), k, b) if fed else [] for b in range(k)]
     sequences = torch.stack(sequences, dim=1)
@@ -197,21 +158,49 @@ def get_lookahead_sequences(
     return Lookahead(sequences, logits, step_logits, cache, branch_kv, scores, first_valid, fit, lead_ids, lead_probs)
 
 
-def extend_prompt(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache, hidden: int = 0,
-                  known_scores: Scores | None = None) -> tuple[torch.Tensor, Scores | None, torch.Tensor]:
-    """Run what `cache` lacks of `input_ids` (1, T), beside its last `hidden` entries (a caret's text after it,
-    which nothing sees), scoring the new tokens with `known_scores`. The last logits (vocab,), the scores, and each
-    cache entry's logical position (-1: hidden), which every tree pass after it masks and places by."""
-    stored = cache.get_seq_length()
-    if hidden:
-        logits, scores = _extend_beside(model, input_ids, cache, stored - hidden, hidden), None
-    elif known_scores is None:
-        logits, scores = extend_cache(model, input_ids, cache), None
-    else:
-        logits, scores = extend_and_score(model, input_ids, cache, known_scores)
-    seen = stored - hidden
-    places = torch.cat([torch.arange(seen), torch.full((hidden,), -1), torch.arange(seen, input_ids.shape[1])])
-    return logits, scores, places.to(input_ids.device)
+
+
+def _continued(model: PreTrainedModel, cache: DynamicCache, places: torch.Tensor, input_ids: torch.Tensor,
+               firsts: torch.Tensor, guide: Guide | None, sampling: Sampling, branch_mode: str,
+               generator: torch.Generator | None, depth: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Each first token continued to `depth` tokens, one step a pass (greedy or sampled from p_final, under its own
+    copy of the constraint's state): the tokens of each step (k,), and the logits (k, vocab) that chose each later
+    one."""
+    k, prompt_len = len(firsts), input_ids.shape[1]
+    guides = _forked(guide, firsts.tolist())
+    sequences, step_logits = [firsts], []
+    for step in range(1, depth):
+        mask = tree_attention_mask(places >= 0, k, step, model.dtype, input_ids.device)
+        positions = torch.full((1, k), prompt_len + step - 1, device=input_ids.device)
+        out = model(sequences[-1][None], past_key_values=cache, attention_mask=mask, position_ids=positions,
+                    use_cache=True)
+        step_logits.append(out.logits[0])
+        context = torch.cat([input_ids.expand(k, -1), torch.stack(sequences, dim=1)], dim=1)
+        valid = None if guides is None else torch.stack([_still_valid(g) for g in guides])
+        tokens = choose(sampling.final_scores(context, out.logits[0], valid), branch_mode, generator)
+        if guides is not None:
+            for g, token in zip(guides, tokens.tolist()):
+                g.advance(token)
+        sequences.append(tokens)
+    return sequences, step_logits
+
+
+def _run_paths(model: PreTrainedModel, cache: DynamicCache, places: torch.Tensor, paths: list[list[int]], depth: int,
+               prompt_len: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Paths chosen already (a path that ended early padded with its end token), laid out as `_continued` lays out
+    its steps, all in one pass: each step's tokens (k,), and the logits (k, vocab) after each but the last step."""
+    k, device = len(paths), places.device
+    padded = torch.tensor([path + path[-1:] * (depth - len(path)) for path in paths], device=device)
+    sequences = list(padded.T)
+    if depth == 1:
+        return sequences, []
+    steps = torch.arange(depth - 1, device=device).repeat_interleave(k)  # each row's step; its branch: row % k
+    branch = torch.arange(k, device=device).repeat(depth - 1)
+    own = (branch[:, None] == branch[None]) & (steps[:, None] >= steps[None])
+    mask = additive_mask(places >= 0, own, model.dtype, device)
+    out = model(padded[:, :-1].T.reshape(1, -1), past_key_values=cache, attention_mask=mask,
+                position_ids=(prompt_len + steps)[None], use_cache=True)
+    return sequences, list(out.logits[0].view(depth - 1, k, -1))
 
 
 def _certain(base: torch.Tensor, final: torch.Tensor, lead: Lead) -> tuple[int, float] | None:
@@ -246,18 +235,6 @@ def _guessed(ids: list[int], n: int) -> list[int]:
     return []
 
 
-def _extend_beside(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache, seen: int,
-                   hidden: int) -> torch.Tensor:
-    """Run `input_ids`' tokens after the cache's first `seen` (1, T) beside its `hidden` last entries, which none
-    of them sees; the last logits (vocab,)."""
-    new = input_ids[:, seen:]
-    n = new.shape[1]
-    past = torch.arange(seen + hidden) < seen
-    mask = additive_mask(past, torch.ones(n, n, dtype=torch.bool).tril(), model.dtype, input_ids.device)
-    positions = torch.arange(seen, seen + n, device=input_ids.device)[None]
-    out = model(new, past_key_values=cache, attention_mask=mask, position_ids=positions, use_cache=True,
-                logits_to_keep=1)
-    return out.logits[0, -1]
 
 
 def _fit(model: PreTrainedModel, cache: DynamicCache, places: torch.Tensor, sequences: torch.Tensor,

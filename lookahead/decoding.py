@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
-from lookahead.branches import additive_mask
+from lookahead.cache_passes import additive_mask
 from lookahead.constraints import Guide
 from lookahead.kv_cache import GrowableCache
 from lookahead.prefix_cache import common_prefix_length

@@ -9,14 +9,12 @@ logits give its children: every token that keeps the path's mass at least `cutof
 so a wide level costs bounded memory. Every node is run, the last level's too: its entropy needs its distribution.
 The cache comes back as it came.
 
-`likeliest_paths` grows the tree best first instead: the unrun nodes of greatest mass run first, a batch per pass,
-and a path of `depth` tokens is final once no unrun node has more mass (a path is never likelier than its prefix),
-so the k paths found are exactly the k likeliest.
+`likeliest_paths` reads the k likeliest paths of `depth` tokens off such a map, its cutoff the least mass of k
+paths found greedily first: a path is never likelier than its prefix, so every path at least that likely is in it.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,16 +23,16 @@ from typing import NamedTuple
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from lookahead.branches import extend_prompt, visibility_mask
+from lookahead.cache_passes import extend_prompt, visibility_mask
+from lookahead.checks import MAX_MAP_NODES
 from lookahead.constraints import Guide
+from lookahead.models import eos_ids
 from lookahead.prefix_cache import Continuation
 from lookahead.sampling import Sampling
 from lookahead.scoring import Scores
 
 MAX_PASS_NODES = 256  # nodes run in one pass: a level wider than this is run in several
 KEPT_PATHS = 8  # the likeliest paths whose KV the session keeps: a click inserting one reads no token again
-BEST_FIRST_BATCH = 16  # unrun nodes of greatest mass run together in a pass of the best-first search
-MAX_BEST_FIRST_NODES = 4096  # nodes the best-first search may run before it takes the likeliest completions found
 
 
 @dataclass(slots=True, eq=False)
@@ -195,3 +193,42 @@ def _expand(tree: Tree, i: int, dist: Dist, depth: int, cutoff: float, writer: S
         tokens.sort(key=lambda t: -float(dist.final[t]))
     children = [tree.add(i, t, dist, on_text and t == writer[node.depth]) for t in tokens]
     return [c for c in children if not tree.nodes[c].ends]
+
+
+def likeliest_paths(model: PreTrainedModel, context: torch.Tensor, cache: DynamicCache, places: torch.Tensor,
+                    root: Dist, sampling: Sampling, guide: Guide | None, k: int, depth: int) -> list[list[int]]:
+    """The k likeliest paths of `depth` tokens after `context` (1, T) by mass, likeliest first, over `cache` (holding
+    the context's entries, `places` each one's position, -1 hidden; it comes back as it came). `root` is the
+    distribution after the context. A path that reaches an end token ends there, shorter.
+
+    First the k likeliest first tokens are continued greedily: k whole paths, so the k-th likeliest path has at least
+    the least of their masses. Then every path at least that likely is grown, a level a pass, as the map grows (the
+    greedy paths' nodes not run again), and the k likeliest are read off it: exact, in 2 (depth - 1) passes. Where
+    that bound is so low that the map could pass MAX_MAP_NODES, the map stops at that many's cutoff instead, and the
+    greedy paths stand in for any it misses."""
+    stops = frozenset(eos_ids(model.generation_config))
+    tree = Tree(model, context, cache, places, sampling, stops, Node(None, None, 0, 1.0, 1.0, 1.0, (), guide))
+    dists, children = {0: root}, {}  # the run nodes' distributions; (parent, token) -> node
+
+    def child(parent: int, token: int) -> int:
+        if (parent, token) not in children:
+            children[parent, token] = tree.add(parent, token, dists[parent])
+        return children[parent, token]
+
+    def run(nodes: list[int]) -> None:
+        dists.update(tree.run([i for i in nodes if i not in dists and not tree.nodes[i].ends]))
+
+    greedy = [child(0, t) for t in root.final.topk(min(k, int(torch.isfinite(root.final).sum()))).indices.tolist()]
+    for _ in range(depth - 1):
+        run(greedy)
+        greedy = [i if i not in dists else child(i, int(dists[i].final.argmax())) for i in greedy]
+    cutoff = max(min(tree.nodes[i].mass for i in greedy), depth / MAX_MAP_NODES)
+    level, whole = [0], set(greedy)
+    for _ in range(depth):
+        run(level)
+        level = [child(i, t) for i in level if i in dists
+                 for t in (dists[i].final >= math.log(cutoff / tree.nodes[i].mass) - 1e-5).nonzero()[:, 0].tolist()]
+        level = [i for i in level if tree.nodes[i].mass >= cutoff]
+        whole.update(i for i in level if tree.nodes[i].ends or tree.nodes[i].depth == depth)
+    cache.crop(len(places) - cache.get_seq_length())
+    return [list(tree.nodes[i].path) for i in sorted(whole, key=lambda i: -tree.nodes[i].mass)[:k]]

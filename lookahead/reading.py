@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from lookahead.branches import extend_cache
+from lookahead.cache_passes import extend_cache
 from lookahead.kv_cache import GrowableCache
 from lookahead.prefix_cache import PrefixCacheStore
 from lookahead.scheduler import Cancelled, Job, scheduler

@@ -27,7 +27,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-BRANCH_MODES = ("greedy", "sample")
+BRANCH_MODES = ("greedy", "sample", "mass")
 MAX_TOP_K = 200
 
 

@@ -5,7 +5,8 @@ import torch
 from transformers import DynamicCache, GenerationConfig
 
 import custom_llm_inference as inference
-from lookahead.branches import get_lookahead_sequences, tree_attention_mask
+from lookahead.branches import get_lookahead_sequences
+from lookahead.cache_passes import tree_attention_mask
 from reference import next_logits
 
 GREEDY_NO_EOS = GenerationConfig(do_sample=False, eos_token_id=None, pad_token_id=0)

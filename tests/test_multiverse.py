@@ -201,3 +201,46 @@ def test_the_node_count_is_bounded_by_depth_over_cutoff():
     for depth in (1, 2):
         level = [n for n in answer["nodes"] if n["depth"] == depth]
         assert len(level) <= 1 / 0.01 and sum(n["mass"] for n in level) <= 1 + 1e-6
+
+
+def likeliest_by_search(model, tokenizer, text: str, k: int, depth: int, temperature: float = 1.0) -> list[tuple]:
+    """The k likeliest paths of `depth` tokens by mass, from full forwards: a depth-first search over every path,
+    skipping only those already less likely than the k-th found (a path is never likelier than its prefix)."""
+    ids = tokenizer(text)["input_ids"]
+    eos = model.generation_config.eos_token_id
+    eos = {eos} if isinstance(eos, int) else set(eos or ())
+    best: list[tuple[float, tuple]] = []
+
+    def bound() -> float:
+        return best[k - 1][0] if len(best) >= k else 0.0
+
+    def visit(path: tuple, mass: float) -> None:
+        probs = torch.softmax(next_logits(model, ids + list(path)).float() / temperature, -1)
+        for token in probs.argsort(descending=True).tolist():
+            child = mass * float(probs[token])
+            if child < bound():
+                break  # every later token is less likely still
+            if len(path) + 1 == depth or token in eos:
+                best.append((child, path + (token,)))
+                best.sort(reverse=True)
+                del best[k:]
+            else:
+                visit(path + (token,), child)
+
+    visit((), 1.0)
+    return [path for _, path in best]
+
+
+@pytest.mark.parametrize("text, k, depth, temperature", [
+    ("The old lighthouse keeper climbed the stairs and", 5, 3, 1.0),
+    ("The cat sat on the", 3, 2, 1.0),
+    ("Once upon a time, in a", 4, 3, 0.7),
+])
+def test_branches_by_mass_are_the_likeliest_paths(embedded, text, k, depth, temperature):
+    model, tokenizer = embedded
+    expected = likeliest_by_search(model, tokenizer, text, k, depth, temperature)
+    answer = inference.lookahead(text, k, depth, temperature=temperature, branch_mode="mass", session=f"mass {text}")
+    assert [tuple(b["token_ids"]) for b in answer["branches"]] == expected  # likeliest first
+    greedy = inference.lookahead(text, k, depth, temperature=temperature, session=f"greedy {text}")
+    assert answer["distribution"] == greedy["distribution"]
+

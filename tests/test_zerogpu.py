@@ -315,6 +315,25 @@ def test_compare_runs_both_models_in_one_gpu_call_and_answers_as_on_the_cpu(spac
         [b["token_ids"] for b in side] for side in local["branches"]]
 
 
+def test_a_map_of_futures_is_one_gpu_call_and_answers_as_on_the_cpu(space):
+    """The whole tree, every level's pass, in one GPU call of an interaction's duration; branches by mass too."""
+    url, log = space
+    text = "The keeper climbed the stairs and looked out over the sea."
+    caret = text.index(" looked")
+    client = Client(url, verbose=False)
+    before = len(scheduled(log))
+    remote = client.predict(text, 3, 0.02, caret=caret, api_name="/multiverse")
+    assert [r["seconds"] for r in scheduled(log)[before:]] == [zerogpu.INTERACTION_GPU_SECONDS * DURATION_FACTOR]
+    local = inference.multiverse(text, 3, 0.02, caret=caret, session="local zerogpu map")
+    near_cutoff = [n for n in local["nodes"] if abs(n["mass"] - 0.02) < 1e-4]  # may fall either side by rounding
+    assert not near_cutoff and [(n["parent"], n["token_id"], n["on_text"]) for n in remote["nodes"]] == [
+        (n["parent"], n["token_id"], n["on_text"]) for n in local["nodes"]]
+    assert [n["mass"] for n in remote["nodes"]] == pytest.approx([n["mass"] for n in local["nodes"]], abs=1e-4)
+    by_mass = client.predict(text[:caret], 3, 3, branch_mode="mass", api_name="/lookahead")
+    assert branch_ids(by_mass) == branch_ids(inference.lookahead(text[:caret], 3, 3, branch_mode="mass",
+                                                                 session="local zerogpu mass"))
+
+
 def test_attribution_answers_as_on_the_cpu(space):
     url, _ = space
     remote = Client(url, verbose=False).predict("The capital of France is", None, "saliency", api_name="/attribution")

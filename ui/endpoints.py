@@ -81,7 +81,7 @@ def api_lookahead(
         text: The text so far; the branches continue it. In chat mode, the assistant's reply so far (may be empty).
         n_branches: How many branches (1-20); branch i starts with the i-th likeliest next token by p_final.
         depth: Tokens in each branch (1-16).
-        branch_mode: "greedy" (each branch takes its likeliest next tokens) or "sample" (drawn from p_final).
+        branch_mode: "greedy" (likeliest next tokens), "sample" (drawn from p_final) or "mass" (likeliest paths).
         seed: Random seed for branch_mode "sample" (an integer, 0 or more); the same seed gives the same branches.
         messages: Chat mode: the earlier turns, a list of {"role": "system"|"user"|"assistant", "content": text}.
         model_name: One of the models the app offers; empty for the default.
