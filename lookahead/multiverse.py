@@ -84,15 +84,7 @@ class Tree:
 
     def add(self, parent: int, token: int, dist: Dist, on_text: bool = False) -> int:
         """A child of `parent` taking `token`; its id."""
-        above = self.nodes[parent]
-        prob = float(dist.final[token].exp())
-        guide = None if above.guide is None else above.guide.fork()
-        allowed = guide is None or guide.advance(token)
-        node = Node(parent, token, above.depth + 1, prob, float(dist.base[token].exp()), above.mass * prob,
-                    above.path + (token,), guide, on_text, ends=token in self.stops or not allowed)
-        self.nodes.append(node)
-        above.children.append(len(self.nodes) - 1)
-        return len(self.nodes) - 1
+        return add_child(self.nodes, parent, token, dist, self.stops, on_text)
 
     def run(self, ids: Sequence[int]) -> Iterator[tuple[int, Dist]]:
         """Run the nodes `ids` (their parents run already), MAX_PASS_NODES a pass; each one's distribution."""
@@ -154,6 +146,42 @@ class Tree:
         return kept
 
 
+def expand(nodes: list[Node], i: int, dist: Dist, depth: int, cutoff: float, writer: Sequence[int],
+           stops: frozenset[int]) -> list[int]:
+    """Add node i's children in the map, by mass: those at least `cutoff` likely, and the writer's next token if i
+    is on the writer's path; the new nodes that must run (all but those that end). `dist` may hold a server's top
+    tokens only (-inf for the others): the map then holds those of them that reach the cutoff."""
+    node = nodes[i]
+    if node.ends or node.depth == depth:
+        return []
+    # p_final >= cutoff / mass, a little loosely (float32), then exactly
+    loose = math.log(cutoff / node.mass) - 1e-5 if node.mass > 0 else math.inf
+    candidates = (dist.final >= loose).nonzero()[:, 0].tolist()
+    probs = dist.final[candidates].exp().tolist()
+    tokens = [t for t, p in sorted(zip(candidates, probs), key=lambda c: -c[1]) if node.mass * p >= cutoff]
+    on_text = node.on_text and node.depth < len(writer)
+    if on_text and writer[node.depth] not in tokens:
+        tokens.append(writer[node.depth])
+        tokens.sort(key=lambda t: -float(dist.final[t]))
+    children = [add_child(nodes, i, t, dist, stops, on_text and t == writer[node.depth]) for t in tokens]
+    return [c for c in children if not nodes[c].ends]
+
+
+def add_child(nodes: list[Node], parent: int, token: int, dist: Dist, stops: frozenset[int],
+              on_text: bool = False) -> int:
+    """A child of `parent` taking `token`, its probabilities read off `dist` (the parent's), added to `nodes`; its
+    id. It ends at an end token in `stops`, or one the constraint refuses."""
+    above = nodes[parent]
+    prob = float(dist.final[token].exp())
+    guide = None if above.guide is None else above.guide.fork()
+    allowed = guide is None or guide.advance(token)
+    node = Node(parent, token, above.depth + 1, prob, float(dist.base[token].exp()), above.mass * prob,
+                above.path + (token,), guide, on_text, ends=token in stops or not allowed)
+    nodes.append(node)
+    above.children.append(len(nodes) - 1)
+    return len(nodes) - 1
+
+
 @torch.inference_mode()
 def map_futures(
     model: PreTrainedModel, context: torch.Tensor, cache: DynamicCache, depth: int, cutoff: float,
@@ -179,19 +207,5 @@ def map_futures(
 
 
 def _expand(tree: Tree, i: int, dist: Dist, depth: int, cutoff: float, writer: Sequence[int]) -> list[int]:
-    """Add node i's children in the map, by mass: those at least `cutoff` likely, and the writer's next token if i
-    is on the writer's path; the new nodes that must run (all but those that end)."""
-    node = tree.nodes[i]
-    if node.ends or node.depth == depth:
-        return []
-    # p_final >= cutoff / mass, a little loosely (float32), then exactly
-    loose = math.log(cutoff / node.mass) - 1e-5 if node.mass > 0 else math.inf
-    candidates = (dist.final >= loose).nonzero()[:, 0].tolist()
-    probs = dist.final[candidates].exp().tolist()
-    tokens = [t for t, p in sorted(zip(candidates, probs), key=lambda c: -c[1]) if node.mass * p >= cutoff]
-    on_text = node.on_text and node.depth < len(writer)
-    if on_text and writer[node.depth] not in tokens:
-        tokens.append(writer[node.depth])
-        tokens.sort(key=lambda t: -float(dist.final[t]))
-    children = [tree.add(i, t, dist, on_text and t == writer[node.depth]) for t in tokens]
-    return [c for c in children if not tree.nodes[c].ends]
+    """Add node i's children in the map; the new nodes that must run (all but those that end)."""
+    return expand(tree.nodes, i, dist, depth, cutoff, writer, tree.stops)
