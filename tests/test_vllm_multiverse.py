@@ -1,7 +1,8 @@
 """The map of futures through a real vLLM server (tests/test_vllm.py's, started for this module): the in-process map,
 grown from the server's top N after each node.
 
-With a cutoff above 1/(N+1) no child can be missing: a token outside a node's top N is less likely than 1/(N+1).
+With a cutoff above 1/(N+1) and plain settings no child can be missing: a token outside a node's top N is less likely
+than 1/(N+1).
 """
 
 import pytest

@@ -245,7 +245,7 @@ class CompletionsBackend(Connections):
         """The map of futures, grown as in-process (`lookahead/multiverse.py`'s `expand`) from the server's top N
         after each node, a level at a time. The last level is not asked: no entropy is known here."""
         self._constrainable(request)
-        context = self._context(request, room=request.depth)
+        context = self._context(request, room=request.depth)  # a probing backend knows its server from here on
         self._able("the map of futures (multiverse)", "each path sent as token ids", self.server.takes_ids,
                    "takes text, which it tokenizes again (joining a path's tokens)")
         writer = writer_ids(request, context.tokenizer, context.healed)
@@ -253,12 +253,13 @@ class CompletionsBackend(Connections):
         nodes = [Node(None, None, 0, 1.0, 1.0, 1.0, (), context.guide, on_text=True)]
         level, answered = [0], {}
         while level:
-            asked = [i for i in level if nodes[i].depth < request.depth]
+            asked = [i for i in level if nodes[i].depth < request.depth]  # the last level's children are not listed
             found = self._node_dists(context, [nodes[i] for i in asked], writer, request.sampling)
             answered.update((i, got) for i, got in zip(asked, found) if got is not None)
-            level = [child for i, got in zip(asked, found) if got is not None for child in expand(
-                nodes, i, got.dist, request.depth, request.cutoff,
-                writer if got.writer_listed else writer[: nodes[i].depth], stops)]
+            level = []
+            for i, got in zip(asked, found):
+                known = writer if got is None or got.writer_listed else writer[: nodes[i].depth]
+                level += [] if got is None else expand(nodes, i, got.dist, request.depth, request.cutoff, known, stops)
         info = self._info(context, answered[0].reused if answered else 0, all(a.exact for a in answered.values()))
         said = [TOP_N_MAP] + [WRITER_CUT] * (not all(a.writer_listed for a in answered.values()))
         info["notice"] = " ".join(filter(None, [info["notice"], *(
