@@ -338,8 +338,8 @@ def lookahead(
     Branches continue greedily (`branch_mode="greedy"`: the best token by p_final) or by
     sampling from p_final (`"sample"`, reproducible with `seed`); or, `"mass"`, the branches are the
     `n_branches` likeliest continuations of `depth` tokens by mass (the product of each token's p_final), likeliest
-    first, read off a map of futures (`multiverse`): the most probable futures, which may share a first token. Returns {"model",
-    "device", "context_tokens", "reused_tokens", "truncated_tokens", "partial", "healed_whitespace",
+    first, read off a map of futures (`multiverse`): the most probable futures, which may share a first token.
+    Returns {"model", "device", "context_tokens", "reused_tokens", "truncated_tokens", "partial", "healed_whitespace",
     "notice", "sampling", "branch_mode", "seed", "forced", "lead", "distribution": [...] (as from
     next_token_distribution; under a constraint followed by the REFUSED_ROWS likeliest tokens it
     refuses, "valid": False), "branches": [{"token_ids", "text", "prob", "p_final", "ends", "stop"}]}.
@@ -426,10 +426,11 @@ def multiverse(
     (MAX_MAP_NODES at most: a smaller cutoff is refused). `caret` (a character offset into `text`): the map at the
     caret, for `text[:caret]`, and the writer's own next `depth` tokens after it (the text after the caret tokenized
     on its own) are listed whatever their mass, with "on_text" true (as the root, the text itself, always is).
-    Healing, `constraint`, `messages` and the sampling settings (flat keywords or one `sampling`) are as for `lookahead`. "passes": the
-    model passes the tree took (a warm text: about `depth`). "top_n" is None where every mass is exact; through a
-    server that lists each node's top N tokens only it is N, and a child outside a node's top N is missing from the
-    map though its mass may reach the cutoff (its mass is in "rest"; "entropy" is then None).
+    Healing, `constraint`, `messages` and the sampling settings (flat keywords or one `sampling`) are as for
+    `lookahead`. "passes": the model passes the tree took (a warm text: about `depth`). "top_n" is None where every
+    mass is exact; through a server that lists each node's top N tokens only it is N, and a child outside a node's
+    top N is missing from the map though its mass may reach the cutoff (its mass is in "rest"; "entropy" is then
+    None).
     """
     depth = check_int("depth", depth, 1, MAX_MAP_DEPTH)
     common, after = at_caret(text, caret, session, model_name, messages, constraint)

@@ -14,7 +14,7 @@ from lookahead.chat import as_dicts, encode
 from lookahead.constraints import Guide, MatcherStore
 from lookahead.healing import allowed_first_tokens, split_for_healing
 from lookahead.models import stop_tokens
-from lookahead.requests import DistributionRequest, LookaheadRequest, Request
+from lookahead.requests import DistributionRequest, LookaheadRequest, MultiverseRequest, Request
 
 MAX_FORCED_TOKENS = 16  # a constraint that writes more than this by itself still branches after that many
 WINDOW_STEP = 0.25  # past the context, the window's start moves by this share of it at a time
@@ -91,6 +91,14 @@ def follow_ids(request: LookaheadRequest, tokenizer: PreTrainedTokenizerBase, ro
     if not request.after or request.fit_tokens <= 0:
         return []
     return tokenizer(request.after, add_special_tokens=False)["input_ids"][: min(request.fit_tokens, room)]
+
+
+def writer_ids(request: MultiverseRequest, tokenizer: PreTrainedTokenizerBase, healed: str) -> list[int]:
+    """The writer's own next tokens in a map of futures: the first `depth` of the text after the caret, tokenized on
+    its own after the whitespace healing backed up (which the paths write first); none at the text's end."""
+    if not request.after:
+        return []
+    return tokenizer(healed + request.after, add_special_tokens=False)["input_ids"][: request.depth]
 
 
 class ScoredText(NamedTuple):

@@ -80,18 +80,6 @@ class Tree:
         self.nodes = [root]
         self.passes = 0
 
-    def add(self, parent: int, token: int, dist: Dist, on_text: bool = False) -> int:
-        """A child of `parent` taking `token`; its id."""
-        above = self.nodes[parent]
-        prob = float(dist.final[token].exp())
-        guide = None if above.guide is None else above.guide.fork()
-        allowed = guide is None or guide.advance(token)
-        node = Node(parent, token, above.depth + 1, prob, float(dist.base[token].exp()), above.mass * prob,
-                    above.path + (token,), guide, on_text, ends=token in self.stops or not allowed)
-        self.nodes.append(node)
-        above.children.append(len(self.nodes) - 1)
-        return len(self.nodes) - 1
-
     def run(self, ids: Sequence[int]) -> Iterator[tuple[int, Dist]]:
         """Run the nodes `ids` (their parents run already), MAX_PASS_NODES a pass; each one's distribution."""
         for start in range(0, len(ids), MAX_PASS_NODES):
@@ -152,6 +140,42 @@ class Tree:
         return kept
 
 
+def expand(nodes: list[Node], i: int, dist: Dist, depth: int, cutoff: float, writer: Sequence[int],
+           stops: frozenset[int]) -> list[int]:
+    """Add node i's children in the map, by mass: those at least `cutoff` likely, and the writer's next token if i
+    is on the writer's path; the new nodes that must run (all but those that end). `dist` may hold a server's top
+    tokens only (-inf for the others): the map then holds those of them that reach the cutoff."""
+    node = nodes[i]
+    if node.ends or node.depth == depth:
+        return []
+    # p_final >= cutoff / mass, a little loosely (float32), then exactly
+    loose = math.log(cutoff / node.mass) - 1e-5 if node.mass > 0 else math.inf
+    candidates = (dist.final >= loose).nonzero()[:, 0].tolist()
+    probs = dist.final[candidates].exp().tolist()
+    tokens = [t for t, p in sorted(zip(candidates, probs), key=lambda c: -c[1]) if node.mass * p >= cutoff]
+    on_text = node.on_text and node.depth < len(writer)
+    if on_text and writer[node.depth] not in tokens:
+        tokens.append(writer[node.depth])
+        tokens.sort(key=lambda t: -float(dist.final[t]))
+    children = [add_child(nodes, i, t, dist, stops, on_text and t == writer[node.depth]) for t in tokens]
+    return [c for c in children if not nodes[c].ends]
+
+
+def add_child(nodes: list[Node], parent: int, token: int, dist: Dist, stops: frozenset[int],
+              on_text: bool = False) -> int:
+    """A child of `parent` taking `token`, its probabilities read off `dist` (the parent's), added to `nodes`; its
+    id. It ends at an end token in `stops`, or one the constraint refuses."""
+    above = nodes[parent]
+    prob = float(dist.final[token].exp())
+    guide = None if above.guide is None else above.guide.fork()
+    allowed = guide is None or guide.advance(token)
+    node = Node(parent, token, above.depth + 1, prob, float(dist.base[token].exp()), above.mass * prob,
+                above.path + (token,), guide, on_text, ends=token in stops or not allowed)
+    nodes.append(node)
+    above.children.append(len(nodes) - 1)
+    return len(nodes) - 1
+
+
 @torch.inference_mode()
 def map_futures(
     model: PreTrainedModel, context: torch.Tensor, cache: DynamicCache, depth: int, cutoff: float,
@@ -168,31 +192,13 @@ def map_futures(
     root = Node(None, None, 0, 1.0, 1.0, 1.0, (), guide, on_text=True)
     tree = Tree(model, context, cache, places, sampling, stops, root)
     first = logits[None] if allowed is None else logits.masked_fill(~allowed, float("-inf"))[None]
-    level = _expand(tree, 0, tree.distributions([0], first)[0], depth, cutoff, writer)
+    level = expand(tree.nodes, 0, tree.distributions([0], first)[0], depth, cutoff, writer, stops)
     while level:
-        level = [child for i, dist in tree.run(level) for child in _expand(tree, i, dist, depth, cutoff, writer)]
+        level = [child for i, dist in tree.run(level)
+                 for child in expand(tree.nodes, i, dist, depth, cutoff, writer, stops)]
     paths = tree.kept_paths(KEPT_PATHS)
     cache.crop(stored - cache.get_seq_length() if hidden else len(places) - cache.get_seq_length())
     return Futures(tree.nodes, cache, paths, scores, tree.passes)
-
-
-def _expand(tree: Tree, i: int, dist: Dist, depth: int, cutoff: float, writer: Sequence[int]) -> list[int]:
-    """Add node i's children in the map, by mass: those at least `cutoff` likely, and the writer's next token if i
-    is on the writer's path; the new nodes that must run (all but those that end)."""
-    node = tree.nodes[i]
-    if node.ends or node.depth == depth:
-        return []
-    # p_final >= cutoff / mass, a little loosely (float32), then exactly
-    loose = math.log(cutoff / node.mass) - 1e-5 if node.mass > 0 else math.inf
-    candidates = (dist.final >= loose).nonzero()[:, 0].tolist()
-    probs = dist.final[candidates].exp().tolist()
-    tokens = [t for t, p in sorted(zip(candidates, probs), key=lambda c: -c[1]) if node.mass * p >= cutoff]
-    on_text = node.on_text and node.depth < len(writer)
-    if on_text and writer[node.depth] not in tokens:
-        tokens.append(writer[node.depth])
-        tokens.sort(key=lambda t: -float(dist.final[t]))
-    children = [tree.add(i, t, dist, on_text and t == writer[node.depth]) for t in tokens]
-    return [c for c in children if not tree.nodes[c].ends]
 
 
 def likeliest_paths(model: PreTrainedModel, context: torch.Tensor, cache: DynamicCache, places: torch.Tensor,
@@ -212,7 +218,7 @@ def likeliest_paths(model: PreTrainedModel, context: torch.Tensor, cache: Dynami
 
     def child(parent: int, token: int) -> int:
         if (parent, token) not in children:
-            children[parent, token] = tree.add(parent, token, dists[parent])
+            children[parent, token] = add_child(tree.nodes, parent, token, dists[parent], stops)
         return children[parent, token]
 
     def run(nodes: list[int]) -> None:

@@ -24,6 +24,7 @@ import pytest
 import torch
 
 import custom_llm_inference as inference
+import test_vllm_multiverse as futures
 from lookahead.backends.server.llama_cpp import LlamaCppPython, LlamaServer
 from lookahead.backends.server.openai import Named, likeliest_first, named_tokens
 from lookahead.models import EMBEDDED_MODEL, embedded_gguf_path, stop_tokens
@@ -300,6 +301,8 @@ def test_what_the_server_cannot_give_is_refused_naming_the_backend(llama):
         inference.compare(TEXTS[0], [EMBEDDED_MODEL, EMBEDDED_MODEL])
     with pytest.raises(ValueError, match="llama-cpp-python server returns log-probabilities only"):
         inference.attribution(TEXTS[0])
+    with pytest.raises(ValueError, match=r"multiverse.*llama-cpp-python server takes text.*\(the llama-cpp backend\)"):
+        inference.multiverse(TEXTS[0])
     with pytest.raises(ValueError, match="before the temperature"):
         inference.lookahead(TEXTS[0], 3, 3, temperature=0.7, top_p=0.9, branch_mode="sample")
     text = "The keeper climbed the stairs and looked out over the sea."
@@ -318,6 +321,8 @@ def test_the_openai_backend_finds_what_the_server_does(llama_server):
         ours = (inference.next_token_distribution(text, 10), inference.token_probabilities(text, 5)["tokens"])
         with pytest.raises(ValueError, match=r"\(the openai backend\)"):
             inference.lookahead(text, constraint={"type": "choice", "value": ["yes", "no"]})
+        with pytest.raises(ValueError, match=r"takes text.*\(the openai backend\)"):
+            inference.multiverse(text)
         limits = server_limits()
         assert limits.constrain["interactive"] is False and limits.notice == {
             "__type__": "update", "value": SHARED_CACHE, "visible": True}
@@ -461,6 +466,30 @@ def test_llama_server_is_asked_in_its_own_fields_and_answers_as_in_process(fake_
     assert [b.get("cache_prompt") for b in bodies[:2]] == [False, True], "the first of a session starts afresh"
     switched = next(i for i, b in enumerate(bodies) if b["user"] != bodies[0]["user"])
     assert bodies[switched]["cache_prompt"] is False and bodies[0]["n_probs"] >= 10
+
+
+def test_llama_server_grows_the_map_of_futures_as_in_process_from_its_top_n(fake_llama_server):
+    """Each node asked alone (one token, its top N), its prompt the text's ids and its path; the writer's own tokens
+    after a caret, far outside the top N, made the server's choice (`logit_bias`) so their own probabilities come
+    back."""
+    caret = {"text": futures.TEXT + futures.WRITER, "caret": len(futures.TEXT), "depth": 3, "cutoff": futures.CUTOFF}
+    inference.use_backend("llama-cpp", fake_llama_server.url)
+    try:
+        sent = len(fake_llama_server.bodies)
+        ours = (inference.multiverse(futures.TEXT, 3, futures.CUTOFF, session="m"),
+                inference.multiverse(**caret, session="m"))
+    finally:
+        inference.use_backend()
+    with in_process():
+        expected = (inference.multiverse(futures.TEXT, 3, futures.CUTOFF), inference.multiverse(**caret))
+    for mine, theirs in zip(ours, expected):
+        futures.assert_same_map(mine, theirs, SAME_MODEL)
+        assert mine["top_n"] == 20 and mine["device"] == f"llama-cpp {fake_llama_server.url}"
+    assert [n["text"] for n in ours[1]["nodes"] if n["on_text"]] == ["", " ze", " zebras", futures.WRITER]
+    text = tokenizer()(futures.TEXT)["input_ids"]
+    bodies = fake_llama_server.bodies[sent:]
+    assert all(b["prompt"][: len(text)] == text and b["max_tokens"] == 1 for b in bodies)
+    assert sum("logit_bias" in b for b in bodies) == 3, "one forced request per token of the writer's"
 
 
 def test_app_py_takes_the_llama_cpp_backend_on_its_command_line():

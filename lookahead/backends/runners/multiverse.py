@@ -8,6 +8,7 @@ import torch
 
 from lookahead.backends.in_process_stores import Stores
 from lookahead.backends.runners.branches import prompt_of
+from lookahead.context import writer_ids
 from lookahead.models import eos_ids, load_model
 from lookahead.multiverse import map_futures
 from lookahead.outputs import Multiverse
@@ -25,12 +26,11 @@ def run_multiverse(stores: Stores, request: MultiverseRequest) -> Multiverse:
         (cache, reused, known_scores), kept = store.take(request.key, prompt.ids), None
     else:  # at a caret: the text after it may stay in the cache, masked out
         (cache, reused, known_scores), kept = store.take_before(request.key, prompt.ids)
-    writer = tokenizer(prompt.healed + request.after, add_special_tokens=False)["input_ids"] if request.after else []
     stops = frozenset(eos_ids(model.generation_config))
     try:
         futures = map_futures(
             model, torch.tensor([prompt.ids], device=model.device), cache, request.depth, request.cutoff,
-            request.sampling, stops, prompt.allowed, prompt.guide, writer[:request.depth],
+            request.sampling, stops, prompt.allowed, prompt.guide, writer_ids(request, tokenizer, prompt.healed),
             hidden=0 if kept is None else len(kept.ids) - reused, known_scores=known_scores,
         )
     except BaseException:  # cancelled: the whole text's cache goes back as it was

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Iterator
 from dataclasses import replace
+from typing import NamedTuple
 
 import torch
 
@@ -46,19 +47,29 @@ from lookahead.backends.server.top_n import (
     score_rows,
     top_n_js_bits,
 )
-from lookahead.backends.server.wire import Context, NextTokens, Scored, ask_top_logprobs
+from lookahead.backends.server.wire import Context, NextTokens, Scored, ask_top_logprobs, by_index
 from lookahead.chat import as_dicts
 from lookahead.comparison import at_tokens, comparison_result, model_requests, read_alike
 from lookahead.constraints import Guide, MatcherStore
-from lookahead.context import ScoredText, follow_ids, read_prompt, read_scored_text
+from lookahead.context import ScoredText, follow_ids, read_prompt, read_scored_text, writer_ids
 from lookahead.models import load_tokenizer, stop_tokens
-from lookahead.outputs import Attribution, Continuation, ModelComparison, NextToken, Suggestions, TokenScores
+from lookahead.multiverse import Dist, Node, expand
+from lookahead.outputs import (
+    Attribution,
+    Continuation,
+    ModelComparison,
+    Multiverse,
+    NextToken,
+    Suggestions,
+    TokenScores,
+)
 from lookahead.requests import (
     AttributionRequest,
     CompareRequest,
     DistributionRequest,
     GenerateRequest,
     LookaheadRequest,
+    MultiverseRequest,
     ScoresRequest,
 )
 from lookahead.results import (
@@ -69,6 +80,7 @@ from lookahead.results import (
     context_info,
     distribution_entries,
     forced_entry,
+    future_nodes,
     lead_entry,
     lead_token,
     more_candidates,
@@ -81,6 +93,24 @@ APPROXIMATE = (
     "p_final is approximate here: the {server} server returns its top {n} tokens only, and these settings "
     "need the rest of the distribution (see docs/deploy-vllm.md)."
 )
+TOP_N_MAP = (
+    "Each node lists the {server} server's top {n} tokens only: a child outside them is not in the map (its mass "
+    "stays in its parent's rest), and no entropy is known."
+)
+WRITER_CUT = (
+    "The writer's own path stops at its first token outside the {server} server's top {n}: the server cannot be "
+    "asked a given token's probability."
+)
+PROMPTS_PER_REQUEST = 64  # a level's nodes asked in one request, where the server takes several prompts
+
+
+class NodeDist(NamedTuple):
+    """A node of the map as the server's top N give it."""
+
+    dist: Dist  # log p_base and log p_final after its path: -inf for the tokens that did not come back
+    exact: bool  # p_final is exact (`next_token_logprobs`)
+    reused: int  # prompt tokens the server found in its prefix cache
+    writer_listed: bool  # the writer's next token after it is known (or it is not on the writer's path)
 
 
 class CompletionsBackend(Connections):
@@ -211,6 +241,33 @@ class CompletionsBackend(Connections):
             tokenizers, request) else None
         return comparison_result(request, listings, distributions, branches, self.logprobs, compared)
 
+    def multiverse(self, request: MultiverseRequest) -> Multiverse:
+        """The map of futures, grown as in-process (`lookahead/multiverse.py`'s `expand`) from the server's top N
+        after each node, a level at a time. The last level is not asked: no entropy is known here."""
+        self._constrainable(request)
+        context = self._context(request, room=request.depth)  # a probing backend knows its server from here on
+        self._able("the map of futures (multiverse)", "each path sent as token ids", self.server.takes_ids,
+                   "takes text, which it tokenizes again (joining a path's tokens)")
+        writer = writer_ids(request, context.tokenizer, context.healed)
+        stops = frozenset(stop_tokens(context.model))
+        nodes = [Node(None, None, 0, 1.0, 1.0, 1.0, (), context.guide, on_text=True)]
+        level, answered = [0], {}
+        while level:
+            asked = [i for i in level if nodes[i].depth < request.depth]  # the last level's children are not listed
+            found = self._node_dists(context, [nodes[i] for i in asked], writer, request.sampling)
+            answered.update((i, got) for i, got in zip(asked, found) if got is not None)
+            level = []
+            for i, got in zip(asked, found):
+                known = writer if got is None or got.writer_listed else writer[: nodes[i].depth]
+                level += [] if got is None else expand(nodes, i, got.dist, request.depth, request.cutoff, known, stops)
+        info = self._info(context, answered[0].reused if answered else 0, all(a.exact for a in answered.values()))
+        said = [TOP_N_MAP] + [WRITER_CUT] * (not all(a.writer_listed for a in answered.values()))
+        info["notice"] = " ".join(filter(None, [info["notice"], *(
+            line.format(server=self.server.name, n=self.logprobs) for line in said)]))
+        return Multiverse(**info, sampling=request.sampling, depth=request.depth, cutoff=request.cutoff,
+                          top_n=self.logprobs, passes=max((nodes[i].depth for i in answered), default=0),
+                          nodes=future_nodes(nodes, context.tokenizer, context.healed, stops))
+
     def warm_up(self) -> Iterator[str]:
         """Nothing to prepare here: the server holds the model."""
         return iter(())
@@ -288,7 +345,7 @@ class CompletionsBackend(Connections):
                 for name in request.models]
         return float(top_n_js_bits([(likeliest(tops[0], self.logprobs), likeliest(tops[1], self.logprobs))])[0])
 
-    def _context(self, request: LookaheadRequest | DistributionRequest, room: int) -> Context:
+    def _context(self, request: LookaheadRequest | DistributionRequest | MultiverseRequest, room: int) -> Context:
         """What the model reads, tokenized here exactly as in-process (lookahead/context.py)."""
         model = request.model
         tokenizer = load_tokenizer(model)
@@ -312,6 +369,53 @@ class CompletionsBackend(Connections):
         choice = answer["choices"][0]
         return NextTokens(self.server.top_logprobs(choice), self.server.cached_tokens(answer),
                           self.server.ceiling(choice))
+
+    def _node_dists(self, context: Context, nodes: list[Node], writer: list[int],
+                    sampling: Sampling) -> list[NodeDist | None]:
+        """Each node's next-token distribution from the server's top N after the text and its path (which the
+        server's prefix cache holds); None where the constraint allows nothing after it (the node then ends, as
+        in-process). The writer's next token after a node on the writer's path is made the server's choice, alone in
+        its request, so that its own log-probability comes back whatever its rank (where the server takes a list of
+        allowed tokens: else it is known only among the top N)."""
+        valid = [None if node.guide is None else node.guide.valid() for node in nodes]
+        for node, allowed in zip(nodes, valid):
+            node.ends |= allowed is not None and not bool(allowed.any())
+        wanted = [k for k, node in enumerate(nodes) if not node.ends]
+        on_path = {k: writer[nodes[k].depth] for k in wanted if nodes[k].on_text and nodes[k].depth < len(writer)}
+        forced = on_path if self.capabilities.constraints else {}
+        free = [k for k in wanted if k not in forced]
+        size = PROMPTS_PER_REQUEST if self.server.batches else 1
+        requests = [(free[at:at + size], None) for at in range(0, len(free), size)]
+        requests += [([k], token) for k, token in forced.items()]
+        tops = {k: top for ks, token in requests for k, top in zip(
+            ks, self._tops_after(context, [[*context.ids, *nodes[k].path] for k in ks], token))}
+        dists: list[NodeDist | None] = [None] * len(nodes)
+        for k in wanted:
+            top, path = tops[k], list(nodes[k].path)
+            base, final, exact = next_token_logprobs(top.top, len(context.tokenizer), [*context.ids, *path], sampling,
+                                                     None if path else context.allowed, valid[k], top.ceiling)
+            dist = Dist(*(t.masked_fill(t.isnan(), float("-inf")) for t in (base, final)))  # no valid token came back
+            listed = k not in on_path or math.isfinite(float(base[on_path[k]]))
+            dists[k] = NodeDist(dist, exact, top.reused, listed)
+        return dists
+
+    def _tops_after(self, context: Context, prompts: list[list[int]], forced: int | None) -> list[NextTokens]:
+        """The server's top N log-probabilities after each of `prompts`, in one request (several prompts only to a
+        server that takes them), and its cached tokens. `forced`: the only token it may choose, whose own
+        log-probability comes back beside them, every token left out being at most the N-th's."""
+        body = self._body(context.model, prompts if len(prompts) > 1 else prompts[0], 1, context.session)
+        if forced is not None:
+            body.update(self.server.allowed_tokens([forced]))
+        answer = self._with_logprobs(body, ask_top_logprobs, self.logprobs, 1)
+        reused = self.server.cached_tokens(answer)
+        tops = []
+        for choice in by_index(answer):
+            top, ceiling = self.server.top_logprobs(choice), self.server.ceiling(choice)
+            if forced is not None:
+                ceiling = min(likeliest(top, self.logprobs).values()) if ceiling is None else ceiling
+                top = {**top, forced: self.server.chosen_logprob(choice)}
+            tops.append(NextTokens(top, reused, ceiling))
+        return tops
 
     def _constrained_first(self, context: Context, sampling: Sampling, taken: list[NextToken]) -> NextToken | None:
         """The best valid token but those `taken`, where it did not come back among the top log-probabilities (as the
@@ -381,6 +485,7 @@ class CompletionsBackend(Connections):
             raise ValueError(UNABLE.format(task=task, need=need, server=self.server.name, lacks=lacks,
                                            backend=self.server.device))
 
-    def _constrainable(self, request: LookaheadRequest | DistributionRequest | GenerateRequest) -> None:
+    def _constrainable(self, request: LookaheadRequest | DistributionRequest | GenerateRequest | MultiverseRequest
+                       ) -> None:
         self._able("a constraint", "the server to take the tokens each step allows",
                    request.constraint is None or self.capabilities.constraints, "takes none")

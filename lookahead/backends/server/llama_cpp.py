@@ -196,6 +196,9 @@ class LlamaServer(Server):
     def top_logprobs(self, choice: dict) -> dict[int, float]:
         return choice["top"]
 
+    def chosen_logprob(self, choice: dict) -> float:
+        return choice["logprobs"]["content"][0]["logprob"]
+
     def prompt_logprobs(self, n: int) -> dict:
         raise ValueError(NO_ECHO.format(server=self.name))
 

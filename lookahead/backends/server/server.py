@@ -32,6 +32,7 @@ class Server(ABC):
     fields: Mapping[str, object]  # sent with every completion: token ids back, end-of-sequence ignored
     renamed: Mapping[str, str] = {}  # a `Sampling` field's name -> the server's, where they differ
     batches: bool = True  # one request may hold several prompts (else: a request per prompt)
+    takes_ids: bool = True  # prompts go as token ids (else as text, which the server tokenizes again)
 
     def request(self, body: dict, tokenizer: PreTrainedTokenizerBase) -> dict:
         """`body` (its prompts token ids) as this server takes it."""
@@ -69,6 +70,10 @@ class Server(ABC):
     def top_logprobs(self, choice: dict) -> dict[int, float]:
         """The first generated position's top log-probabilities, by token id: raw (the model's softmax, before any
         penalty or temperature), as p_base is."""
+
+    def chosen_logprob(self, choice: dict) -> float:
+        """The first generated token's own log-probability, raw, whatever its rank (OpenAI's `token_logprobs`)."""
+        return choice["logprobs"]["token_logprobs"][0]
 
     def ceiling(self, choice: dict) -> float | None:
         """The log-probability no token left out of `top_logprobs` exceeds, where the server left out some of its
