@@ -303,6 +303,8 @@ def test_what_the_server_cannot_give_is_refused_naming_the_backend(llama):
         inference.attribution(TEXTS[0])
     with pytest.raises(ValueError, match=r"multiverse.*llama-cpp-python server takes text.*\(the llama-cpp backend\)"):
         inference.multiverse(TEXTS[0])
+    with pytest.raises(ValueError, match=r'branch_mode "mass" .*top tokens only.*\(the llama-cpp backend\)'):
+        inference.lookahead(TEXTS[0], 3, 3, branch_mode="mass")
     with pytest.raises(ValueError, match="before the temperature"):
         inference.lookahead(TEXTS[0], 3, 3, temperature=0.7, top_p=0.9, branch_mode="sample")
     text = "The keeper climbed the stairs and looked out over the sea."

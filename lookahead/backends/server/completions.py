@@ -129,13 +129,20 @@ class CompletionsBackend(Connections):
         """The branches; `precompute`, `partial` and `yielding` are not needed here (the server's prefix cache keeps
         the text, and the server schedules its requests, a long text's read among them)."""
         self._constrainable(request)
+        self._able(
+            'branch_mode "mass"',
+            "every path's mass, to find the likeliest exactly",
+            request.branch_mode != "mass",
+            "lists its top tokens only, and a likelier path may run through a token outside them",
+        )
         refusal = self.server.draw_refusal(request.sampling) if request.branch_mode == "sample" else None
         if refusal:
             raise ValueError(refusal)
         return self._lookahead(request)
 
-    def _lookahead(self, request: LookaheadRequest, lead_probs: tuple[float, ...] = (),
-                   shown: int | None = None) -> Suggestions:
+    def _lookahead(
+        self, request: LookaheadRequest, lead_probs: tuple[float, ...] = (), shown: int | None = None
+    ) -> Suggestions:
         """The branches, each a real choice, as in-process: a token the model all but certainly writes next leads
         them all (`lead_probs`: the probabilities of those in `request.lead`); where branches write the same text,
         more candidates are continued until `shown` (default: the branches asked for) differ."""
@@ -145,14 +152,16 @@ class CompletionsBackend(Connections):
         rows = max(DISTRIBUTION_ROWS, n_branches)
         top, reused, ceiling = self._next_tokens(context, rows)
         valid = None if context.guide is None else context.guide.valid()
-        logprobs, final, exact = next_token_logprobs(top, len(context.tokenizer), context.ids, sampling,
-                                                     context.allowed, valid, ceiling)
+        logprobs, final, exact = next_token_logprobs(
+            top, len(context.tokenizer), context.ids, sampling, context.allowed, valid, ceiling
+        )
         distribution = distribution_entries(logprobs, final, rows, context.tokenizer, valid=valid)
         stops = stop_tokens(context.model)
         lead = lead_token(distribution, stops, request.lead)
         if lead is not None:
-            return self._lookahead(replace(request, lead=(*request.lead, lead.token_id)),
-                                   (*lead_probs, lead.prob), shown)
+            return self._lookahead(
+                replace(request, lead=(*request.lead, lead.token_id)), (*lead_probs, lead.prob), shown
+            )
         firsts = distribution[:n_branches]  # the branches start from the best tokens by p_final
         if valid is not None:  # the best valid ones, those past the server's top log-probabilities as it ranks them
             firsts = [f for f in firsts if f.valid]
@@ -162,12 +171,18 @@ class CompletionsBackend(Connections):
             sequences = self._continue_branches(context, [f.token_id for f in firsts], request)
         else:
             sequences = [self._continue_constrained(context, f.token_id, request) for f in firsts]
-        branches = branch_entries([[*context.forced, *seq] for seq in sequences], stops, firsts, context.healed,
-                                  context.tokenizer, request.stop)
+        branches = branch_entries(
+            [[*context.forced, *seq] for seq in sequences],
+            stops,
+            firsts,
+            context.healed,
+            context.tokenizer,
+            request.stop,
+        )
         wider = more_candidates(n_branches, len(sequences), len(branches), shown)
         if wider is not None:
             return self._lookahead(replace(request, n_branches=wider), lead_probs, shown)
-        fits = self._fits(context, [branch.token_ids[len(context.forced):] for branch in branches[:shown]], request)
+        fits = self._fits(context, [branch.token_ids[len(context.forced) :] for branch in branches[:shown]], request)
         return Suggestions(
             **self._info(context, reused, exact),
             partial=None,  # the server reads a long text itself, scheduling it among its other requests
@@ -175,11 +190,14 @@ class CompletionsBackend(Connections):
             branch_mode=request.branch_mode,
             seed=request.seed,
             distribution=distribution[: max(DISTRIBUTION_ROWS, shown)],
-            forced=forced_entry(list(context.forced[: len(context.forced) - len(request.lead)]), context.healed,
-                                context.tokenizer),
+            forced=forced_entry(
+                list(context.forced[: len(context.forced) - len(request.lead)]), context.healed, context.tokenizer
+            ),
             lead=lead_entry(list(context.forced), request.lead, lead_probs, context.healed, context.tokenizer),
-            branches=[replace(branch, fit=None if branch.ends or branch.stop or fits is None else fit)
-                      for branch, fit in zip(branches[:shown], fits or [None] * shown)],
+            branches=[
+                replace(branch, fit=None if branch.ends or branch.stop or fits is None else fit)
+                for branch, fit in zip(branches[:shown], fits or [None] * shown)
+            ],
         )
 
     def distribution(self, request: DistributionRequest) -> list[NextToken]:
@@ -187,8 +205,9 @@ class CompletionsBackend(Connections):
         context = self._context(request, room=1)
         top, _, ceiling = self._next_tokens(context, request.k)
         valid = None if context.guide is None else context.guide.valid()
-        logprobs, final, _ = next_token_logprobs(top, len(context.tokenizer), context.ids, request.sampling,
-                                                 context.allowed, valid, ceiling)
+        logprobs, final, _ = next_token_logprobs(
+            top, len(context.tokenizer), context.ids, request.sampling, context.allowed, valid, ceiling
+        )
         return distribution_entries(logprobs, final, request.k, context.tokenizer, valid=valid)
 
     def scores(self, request: ScoresRequest) -> TokenScores:
@@ -203,20 +222,36 @@ class CompletionsBackend(Connections):
         limit = self._model(model).max_model_len
         tokenizer = load_tokenizer(model)
         stops = stop_tokens(model)
-        ids, guide = self.matchers.context_and_guide(request.key, request.constraint, tokenizer, request.text,
-                                                     request.text, as_dicts(request.messages), stops, len(tokenizer),
-                                                     torch.device("cpu"))
+        ids, guide = self.matchers.context_and_guide(
+            request.key,
+            request.constraint,
+            tokenizer,
+            request.text,
+            request.text,
+            as_dicts(request.messages),
+            stops,
+            len(tokenizer),
+            torch.device("cpu"),
+        )
         max_new_tokens = min(request.max_new_tokens, limit - 1)  # keep a token of the text to continue
         dropped = max(0, len(ids) - (limit - max_new_tokens))
         if guide is None:
-            body = {**self._body(model, ids[dropped:], max_new_tokens, request.session), "stream": True,
-                    **self.server.stop_fields(stops)}
-            chunks = ([t for c in chunk.get("choices", []) for t in self.server.token_ids(c)]
-                      for chunk in self._stream(body))
+            body = {
+                **self._body(model, ids[dropped:], max_new_tokens, request.session),
+                "stream": True,
+                **self.server.stop_fields(stops),
+            }
+            chunks = (
+                [t for c in chunk.get("choices", []) for t in self.server.token_ids(c)] for chunk in self._stream(body)
+            )
             passes = ((tokens, ["step"] * len(tokens)) for tokens in chunks if tokens)
         else:
-            passes = (([token], ["step"]) for token in self._constrained_tokens(model, ids[dropped:], guide, stops,
-                                                                             max_new_tokens, request.session))
+            passes = (
+                ([token], ["step"])
+                for token in self._constrained_tokens(
+                    model, ids[dropped:], guide, stops, max_new_tokens, request.session
+                )
+            )
         # the server schedules its work; here the continuation can be cancelled between tokens
         job = scheduler.start(request.session, "continuation", request)
         passes = scheduler.steps(job, passes)
@@ -224,9 +259,11 @@ class CompletionsBackend(Connections):
         yield from continuation.follow(passes, request.time_limit)
 
     def attribution(self, request: AttributionRequest) -> Iterator[Attribution]:
-        raise ValueError(f"attribution needs the model's weights and gradients in this process; the "
-                         f"{self.server.name} server returns log-probabilities only: ask it of the in-process "
-                         "backend (use_backend())")
+        raise ValueError(
+            f"attribution needs the model's weights and gradients in this process; the "
+            f"{self.server.name} server returns log-probabilities only: ask it of the in-process "
+            "backend (use_backend())"
+        )
 
     def compare(self, request: CompareRequest) -> ModelComparison:
         """Each model asked of its own server. Where both read the text as the same token ids, the divergences come
@@ -237,8 +274,11 @@ class CompletionsBackend(Connections):
         distributions = [self.distribution(distribution) for _, distribution, _ in asked]
         branches = [self.lookahead(lookahead).branches if request.n_branches else [] for _, _, lookahead in asked]
         tokenizers = (load_tokenizer(request.models[0]), load_tokenizer(request.models[1]))
-        compared = self._compared(request, [scores for scores, _, _ in asked], scored) if read_alike(
-            tokenizers, request) else None
+        compared = (
+            self._compared(request, [scores for scores, _, _ in asked], scored)
+            if read_alike(tokenizers, request)
+            else None
+        )
         return comparison_result(request, listings, distributions, branches, self.logprobs, compared)
 
     def multiverse(self, request: MultiverseRequest) -> Multiverse:
@@ -246,8 +286,12 @@ class CompletionsBackend(Connections):
         after each node, a level at a time. The last level is not asked: no entropy is known here."""
         self._constrainable(request)
         context = self._context(request, room=request.depth)  # a probing backend knows its server from here on
-        self._able("the map of futures (multiverse)", "each path sent as token ids", self.server.takes_ids,
-                   "takes text, which it tokenizes again (joining a path's tokens)")
+        self._able(
+            "the map of futures (multiverse)",
+            "each path sent as token ids",
+            self.server.takes_ids,
+            "takes text, which it tokenizes again (joining a path's tokens)",
+        )
         writer = writer_ids(request, context.tokenizer, context.healed)
         stops = frozenset(stop_tokens(context.model))
         nodes = [Node(None, None, 0, 1.0, 1.0, 1.0, (), context.guide, on_text=True)]
@@ -262,11 +306,18 @@ class CompletionsBackend(Connections):
                 level += [] if got is None else expand(nodes, i, got.dist, request.depth, request.cutoff, known, stops)
         info = self._info(context, answered[0].reused if answered else 0, all(a.exact for a in answered.values()))
         said = [TOP_N_MAP] + [WRITER_CUT] * (not all(a.writer_listed for a in answered.values()))
-        info["notice"] = " ".join(filter(None, [info["notice"], *(
-            line.format(server=self.server.name, n=self.logprobs) for line in said)]))
-        return Multiverse(**info, sampling=request.sampling, depth=request.depth, cutoff=request.cutoff,
-                          top_n=self.logprobs, passes=max((nodes[i].depth for i in answered), default=0),
-                          nodes=future_nodes(nodes, context.tokenizer, context.healed, stops))
+        info["notice"] = " ".join(
+            filter(None, [info["notice"], *(line.format(server=self.server.name, n=self.logprobs) for line in said)])
+        )
+        return Multiverse(
+            **info,
+            sampling=request.sampling,
+            depth=request.depth,
+            cutoff=request.cutoff,
+            top_n=self.logprobs,
+            passes=max((nodes[i].depth for i in answered), default=0),
+            nodes=future_nodes(nodes, context.tokenizer, context.healed, stops),
+        )
 
     def warm_up(self) -> Iterator[str]:
         """Nothing to prepare here: the server holds the model."""
@@ -279,8 +330,17 @@ class CompletionsBackend(Connections):
         self.matchers.forget(session)
 
     def _constrained_tokens(
-        self, model: str, ids: list[int], guide: Guide, stops: Collection[int], n: int, session: str,
-        sampling: Sampling = PLAIN, sample: bool = False, seed: int = 0, first_allowed: torch.Tensor | None = None,
+        self,
+        model: str,
+        ids: list[int],
+        guide: Guide,
+        stops: Collection[int],
+        n: int,
+        session: str,
+        sampling: Sampling = PLAIN,
+        sample: bool = False,
+        seed: int = 0,
+        first_allowed: torch.Tensor | None = None,
     ) -> Iterator[int]:
         """Up to `n` tokens, each the server's choice among those `guide` allows (the first also among
         `first_allowed`): greedy after the penalties, or drawn by the server (`sample`); stops after an end token."""
@@ -291,8 +351,10 @@ class CompletionsBackend(Connections):
                 valid, first_allowed = valid & first_allowed, None
             if not valid.any():
                 raise ValueError("no token can continue the text under the constraint")
-            body = {**self._body(model, ids, 1, session, sampling, sample, seed),
-                    **self.server.allowed_tokens(torch.nonzero(valid)[:, 0].tolist())}
+            body = {
+                **self._body(model, ids, 1, session, sampling, sample, seed),
+                **self.server.allowed_tokens(torch.nonzero(valid)[:, 0].tolist()),
+            }
             token = self.server.token_ids(self._complete(body)["choices"][0])[0]
             guide.advance(token)
             ids.append(token)
@@ -305,8 +367,12 @@ class CompletionsBackend(Connections):
     def _scores(self, request: ScoresRequest, limit: int | None = None) -> Scored:
         """token_probabilities' answer, the text as scored, and the server's prompt log-probabilities over it (the top
         N at each position); `limit`: a context shorter than the model's."""
-        self._able("token_probabilities (the heatmap)", "each token of the text scored",
-                   self.capabilities.prompt_scores, "does not score the text you wrote")
+        self._able(
+            "token_probabilities (the heatmap)",
+            "each token of the text scored",
+            self.capabilities.prompt_scores,
+            "does not score the text you wrote",
+        )
         tokenizer = load_tokenizer(request.model)
         scored = read_scored_text(request, tokenizer, limit or self._model(request.model).max_model_len)
         width = max(request.k, self.logprobs)
@@ -314,25 +380,39 @@ class CompletionsBackend(Connections):
         answer = self._with_logprobs(body, self.server.prompt_logprobs, width, request.k)
         positions = self.server.prompt_positions(answer["choices"][0])
         rows = score_rows(scored.ids, positions, width)
-        return Scored(scores_result(request.model, scored, rows, self.server.cached_tokens(answer), request.k,
-                                    tokenizer, len(request.text)), scored, positions)
+        return Scored(
+            scores_result(
+                request.model, scored, rows, self.server.cached_tokens(answer), request.k, tokenizer, len(request.text)
+            ),
+            scored,
+            positions,
+        )
 
-    def _compared(self, request: CompareRequest, scores: list[ScoresRequest],
-                  scored: list[Scored]) -> tuple[list[float | None], list[list[str] | None], float]:
+    def _compared(
+        self, request: CompareRequest, scores: list[ScoresRequest], scored: list[Scored]
+    ) -> tuple[list[float | None], list[list[str] | None], float]:
         """Over the context both models hold (a model whose own holds more of the text is asked again over the
         shorter one): the divergence before each token and each model's first choice there, and the divergence at
         the caret, from each one's top N log-probabilities."""
         limit = min(self._model(name).max_model_len for name in request.models)
-        shared = [read if self._model(ask.model).max_model_len == limit else self._scores(ask, limit)
-                  for ask, read in zip(scores, scored)]
+        shared = [
+            read if self._model(ask.model).max_model_len == limit else self._scores(ask, limit)
+            for ask, read in zip(scores, scored)
+        ]
         window, a, b = shared[0].text, shared[0].positions, shared[1].positions
         n = self.logprobs
-        js = torch.cat([torch.tensor([math.nan]),  # the first token has nothing before it
-                        top_n_js_bits([(ranked_top(p, n), ranked_top(q, n)) for p, q in zip(a[1:], b[1:])])])
+        js = torch.cat(
+            [
+                torch.tensor([math.nan]),  # the first token has nothing before it
+                top_n_js_bits([(ranked_top(p, n), ranked_top(q, n)) for p, q in zip(a[1:], b[1:])]),
+            ]
+        )
         top = torch.tensor([[0, *map(first_choice, positions[1:])] for positions in (a, b)])
         tokenizer = load_tokenizer(request.models[0])
-        return (*at_tokens(window, len(request.whole), js, top, lambda token: tokenizer.decode([token])),
-                self._js_at_caret(request, window, js, limit))
+        return (
+            *at_tokens(window, len(request.whole), js, top, lambda token: tokenizer.decode([token])),
+            self._js_at_caret(request, window, js, limit),
+        )
 
     def _js_at_caret(self, request: CompareRequest, window: ScoredText, js: torch.Tensor, limit: int) -> float:
         """The divergence before the caret's next token: the whole text's, where the text before the caret is a run
@@ -341,18 +421,37 @@ class CompletionsBackend(Connections):
         before = read_scored_text(caret, load_tokenizer(request.models[0]), limit).ids
         if len(before) < len(window.ids) and window.ids[: len(before)] == before:
             return float(js[len(before)])
-        tops = [self._next_tokens(Context(load_tokenizer(name), before, 0, "", name, request.session), 1)[0]
-                for name in request.models]
+        tops = [
+            self._next_tokens(Context(load_tokenizer(name), before, 0, "", name, request.session), 1)[0]
+            for name in request.models
+        ]
         return float(top_n_js_bits([(likeliest(tops[0], self.logprobs), likeliest(tops[1], self.logprobs))])[0])
 
     def _context(self, request: LookaheadRequest | DistributionRequest | MultiverseRequest, room: int) -> Context:
         """What the model reads, tokenized here exactly as in-process (lookahead/context.py)."""
         model = request.model
         tokenizer = load_tokenizer(model)
-        prompt = read_prompt(request, tokenizer, self.matchers, self._model(model).max_model_len, room, len(tokenizer),
-                             torch.device("cpu"), force=isinstance(request, LookaheadRequest))
-        return Context(tokenizer, prompt.ids, prompt.dropped, prompt.healed, model, request.session, prompt.allowed,
-                       prompt.guide, tuple(prompt.forced))
+        prompt = read_prompt(
+            request,
+            tokenizer,
+            self.matchers,
+            self._model(model).max_model_len,
+            room,
+            len(tokenizer),
+            torch.device("cpu"),
+            force=isinstance(request, LookaheadRequest),
+        )
+        return Context(
+            tokenizer,
+            prompt.ids,
+            prompt.dropped,
+            prompt.healed,
+            model,
+            request.session,
+            prompt.allowed,
+            prompt.guide,
+            tuple(prompt.forced),
+        )
 
     def _info(self, context: Context, reused: int, exact: bool) -> dict:
         device = f"{self.server.device} {self._model(context.model).client.url}"
@@ -367,11 +466,13 @@ class CompletionsBackend(Connections):
         body = self._body(context.model, context.ids, 1, context.session)
         answer = self._with_logprobs(body, ask_top_logprobs, max(needed, self.logprobs), needed)
         choice = answer["choices"][0]
-        return NextTokens(self.server.top_logprobs(choice), self.server.cached_tokens(answer),
-                          self.server.ceiling(choice))
+        return NextTokens(
+            self.server.top_logprobs(choice), self.server.cached_tokens(answer), self.server.ceiling(choice)
+        )
 
-    def _node_dists(self, context: Context, nodes: list[Node], writer: list[int],
-                    sampling: Sampling) -> list[NodeDist | None]:
+    def _node_dists(
+        self, context: Context, nodes: list[Node], writer: list[int], sampling: Sampling
+    ) -> list[NodeDist | None]:
         """Each node's next-token distribution from the server's top N after the text and its path (which the
         server's prefix cache holds); None where the constraint allows nothing after it (the node then ends, as
         in-process). The writer's next token after a node on the writer's path is made the server's choice, alone in
@@ -385,15 +486,25 @@ class CompletionsBackend(Connections):
         forced = on_path if self.capabilities.constraints else {}
         free = [k for k in wanted if k not in forced]
         size = PROMPTS_PER_REQUEST if self.server.batches else 1
-        requests = [(free[at:at + size], None) for at in range(0, len(free), size)]
+        requests = [(free[at : at + size], None) for at in range(0, len(free), size)]
         requests += [([k], token) for k, token in forced.items()]
-        tops = {k: top for ks, token in requests for k, top in zip(
-            ks, self._tops_after(context, [[*context.ids, *nodes[k].path] for k in ks], token))}
+        tops = {
+            k: top
+            for ks, token in requests
+            for k, top in zip(ks, self._tops_after(context, [[*context.ids, *nodes[k].path] for k in ks], token))
+        }
         dists: list[NodeDist | None] = [None] * len(nodes)
         for k in wanted:
             top, path = tops[k], list(nodes[k].path)
-            base, final, exact = next_token_logprobs(top.top, len(context.tokenizer), [*context.ids, *path], sampling,
-                                                     None if path else context.allowed, valid[k], top.ceiling)
+            base, final, exact = next_token_logprobs(
+                top.top,
+                len(context.tokenizer),
+                [*context.ids, *path],
+                sampling,
+                None if path else context.allowed,
+                valid[k],
+                top.ceiling,
+            )
             dist = Dist(*(t.masked_fill(t.isnan(), float("-inf")) for t in (base, final)))  # no valid token came back
             listed = k not in on_path or math.isfinite(float(base[on_path[k]]))
             dists[k] = NodeDist(dist, exact, top.reused, listed)
@@ -425,8 +536,18 @@ class CompletionsBackend(Connections):
         allowed[[first.token_id for first in taken]] = False
         if not allowed.any():
             return None
-        token = next(self._constrained_tokens(context.model, context.ids, context.guide.fork(), set(), 1,
-                                              context.session, sampling, first_allowed=allowed))
+        token = next(
+            self._constrained_tokens(
+                context.model,
+                context.ids,
+                context.guide.fork(),
+                set(),
+                1,
+                context.session,
+                sampling,
+                first_allowed=allowed,
+            )
+        )
         return NextToken(token, context.tokenizer.decode([token]), 0.0, float("-inf"), 1.0)
 
     def _fits(self, context: Context, sequences: list[list[int]], request: LookaheadRequest) -> list[float] | None:
@@ -446,7 +567,7 @@ class CompletionsBackend(Connections):
         choices = self._complete_each({**body, **self.server.prompt_logprobs(1)})
         totals = []
         for prompt, choice in zip(prompts, choices):
-            positions = self.server.prompt_positions(choice)[len(prompt) - len(follow):]
+            positions = self.server.prompt_positions(choice)[len(prompt) - len(follow) :]
             totals.append(sum(position[token].logprob for token, position in zip(follow, positions)))
         return [(total - totals[-1]) / len(follow) for total in totals[:-1]]
 
@@ -456,9 +577,19 @@ class CompletionsBackend(Connections):
         guide.advance(first)
         stops = stop_tokens(context.model)
         depth = request.depth
-        rest = list(self._constrained_tokens(context.model, [*context.ids, first], guide, stops, depth - 1,
-                                             context.session, request.sampling, request.branch_mode == "sample",
-                                             request.seed))
+        rest = list(
+            self._constrained_tokens(
+                context.model,
+                [*context.ids, first],
+                guide,
+                stops,
+                depth - 1,
+                context.session,
+                request.sampling,
+                request.branch_mode == "sample",
+                request.seed,
+            )
+        )
         return [first, *rest, *[rest[-1] if rest else first] * (depth - 1 - len(rest))]
 
     def _continue_branches(self, context: Context, firsts: list[int], request: LookaheadRequest) -> list[list[int]]:
@@ -466,26 +597,55 @@ class CompletionsBackend(Connections):
         if request.depth == 1:
             return [[first] for first in firsts]
         prompts = [[*context.ids, first] for first in firsts]
-        body = self._body(context.model, prompts, request.depth - 1, context.session, request.sampling,
-                          request.branch_mode == "sample", request.seed)
+        body = self._body(
+            context.model,
+            prompts,
+            request.depth - 1,
+            context.session,
+            request.sampling,
+            request.branch_mode == "sample",
+            request.seed,
+        )
         choices = self._complete_each(body)
         return [[first, *self.server.token_ids(choice)] for first, choice in zip(firsts, choices)]
 
-    def _body(self, model: str, prompt: list, max_tokens: int, session: str, sampling: Sampling = PLAIN,
-              sample: bool = False, seed: int = 0) -> dict:
+    def _body(
+        self,
+        model: str,
+        prompt: list,
+        max_tokens: int,
+        session: str,
+        sampling: Sampling = PLAIN,
+        sample: bool = False,
+        seed: int = 0,
+    ) -> dict:
         """Every field of a completion request, explicit (the server's defaults would replace omitted ones): the
         server's own, the session's (so its cache is its own) and `sampling`'s, greedy unless `sample`."""
-        return {"model": model, "prompt": prompt, "max_tokens": max_tokens, "n": 1, "seed": seed, "stream": False,
-                **self.server.fields, **self.server.session_fields(model, session),
-                **self.server.sampling_fields(sampling, sample)}
+        return {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "n": 1,
+            "seed": seed,
+            "stream": False,
+            **self.server.fields,
+            **self.server.session_fields(model, session),
+            **self.server.sampling_fields(sampling, sample),
+        }
 
     def _able(self, task: str, need: str, able: bool, lacks: str) -> None:
         """ValueError saying that this server cannot give what `task` needs, unless `able`."""
         if not able:
-            raise ValueError(UNABLE.format(task=task, need=need, server=self.server.name, lacks=lacks,
-                                           backend=self.server.device))
+            raise ValueError(
+                UNABLE.format(task=task, need=need, server=self.server.name, lacks=lacks, backend=self.server.device)
+            )
 
-    def _constrainable(self, request: LookaheadRequest | DistributionRequest | GenerateRequest | MultiverseRequest
-                       ) -> None:
-        self._able("a constraint", "the server to take the tokens each step allows",
-                   request.constraint is None or self.capabilities.constraints, "takes none")
+    def _constrainable(
+        self, request: LookaheadRequest | DistributionRequest | GenerateRequest | MultiverseRequest
+    ) -> None:
+        self._able(
+            "a constraint",
+            "the server to take the tokens each step allows",
+            request.constraint is None or self.capabilities.constraints,
+            "takes none",
+        )
