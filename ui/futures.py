@@ -32,6 +32,10 @@ RATIO_BITS = 4.0
 MORE_IN_A_HUE, MORE_IN_B_HUE = 212, 4
 BELOW_B = "futures-below-b"  # the hatching of a block missing from the second model's map
 END_MARK = "⏹"
+ROOT_WIDTH = 12.0  # % of the width for the focused block's column: the columns after it share the rest
+BUTTON_STYLE = ("font:12px ui-monospace,monospace;padding:1px 8px;margin:0 2px;border-radius:8px;cursor:pointer;"
+                "border:1px solid var(--color-accent);background:var(--background-fill-primary);"
+                "color:var(--color-accent)")
 
 
 class Block(NamedTuple):
@@ -139,9 +143,17 @@ def ratio_colour(ratio: float) -> str:
     return f"hsl({MORE_IN_A_HUE if ratio >= 0 else MORE_IN_B_HUE} 75% {95 - 35 * strength:.0f}%)"
 
 
+def column_place(column: int, columns: int) -> tuple[float, float]:
+    """Where a column starts and how wide it is (% of the width): the focused block's narrow, the rest alike."""
+    if columns == 1:
+        return 0.0, 100.0
+    width = (100 - ROOT_WIDTH) / (columns - 1)
+    return (0.0, ROOT_WIDTH) if column == 0 else (ROOT_WIDTH + (column - 1) * width, width)
+
+
 def block_svg(block: Block, columns: int, parting: Parting | None) -> str:
     """One block: a clipping viewport with its rectangle, its label if tall enough, and its numbers as a title."""
-    node, width = block.node, 100 / columns
+    node, (left, width) = block.node, column_place(block.column, columns)
     top, height = block.top * HEIGHT_PX, block.height * HEIGHT_PX
     if node.on_text:
         height = max(height, ON_TEXT_MIN_PX)
@@ -149,9 +161,9 @@ def block_svg(block: Block, columns: int, parting: Parting | None) -> str:
                else f'stroke="{BLOCK_GAP}" stroke-width="1"')
     label = ("" if height < LABEL_PX else
              f'<text x="4" y="{min(height / 2, LABEL_PX) + 4:.1f}" fill="{TEXT_COLOUR}">'
-             f"{html.escape(token_label(node) if node.parent is not None else '▸ your text')}</text>")
+             f"{html.escape(token_label(node) if node.parent is not None else '▸')}</text>")
     words = html.escape(caption(node, parting))
-    return (f'<svg class="future-block" x="{block.column * width:.4f}%" y="{top:.2f}" width="{width:.4f}%" '
+    return (f'<svg class="future-block" x="{left:.4f}%" y="{top:.2f}" width="{width:.4f}%" '
             f'height="{height:.2f}" data-node="{node.id}" data-caption="{words}"><title>{words}</title>'
             f'<rect width="100%" height="100%" fill="{fill(node, parting)}" {outline}/>{label}</svg>')
 
@@ -160,15 +172,16 @@ def breadcrumb(nodes: list[FutureNode], focus: int) -> str:
     """The way back out: each block on the path to the focused one, a click zooming to it, and "↑ out"."""
     path = path_to(nodes, focus)
     steps = [f'<span class="futures-step" data-node="{node.id}" role="button" style="cursor:pointer;'
-             f'text-decoration:underline">{html.escape("your text" if node.parent is None else visible(node.token))}'
+             f'text-decoration:underline">{html.escape("your text" if node.parent is None else token_label(node))}'
              "</span>" for node in path]
     if len(path) == 1:
         return " › ".join(steps)
     node = path[-1]
-    return (f'<button class="futures-out" data-node="{node.parent}" type="button">↑ out</button> '
+    return (f'<button class="futures-out" data-node="{node.parent}" type="button" style="{BUTTON_STYLE}">↑ out'
+            "</button> "
             + " › ".join(steps)
             + f' <span class="futures-zoom">· zoom {bits(node.mass):.2f} bits (mass {percent(node.mass)})</span> '
-            f'<button class="futures-insert" data-insert="{node.id}" type="button">insert “'
+            f'<button class="futures-insert" data-insert="{node.id}" type="button" style="{BUTTON_STYLE}">insert “'
             f"{html.escape(visible(node.text))}”</button>")
 
 

@@ -148,8 +148,8 @@ class FuturesPanel:
                 self.map_cutoff = gr.Slider(MIN_CUTOFF, MAX_CUTOFF, value=CUTOFF, step=CUTOFF_STEP,
                                             label="Cutoff (least mass shown)", elem_id="futures-cutoff",
                                             min_width=120)
-                self.colour_by_second = gr.Checkbox(False, label="Colour by where the second model parts",
-                                                    elem_id="futures-compare", min_width=120)
+            self.colour_by_second = gr.Checkbox(False, label="Colour by where the second model parts",
+                                                elem_id="futures-compare")
             self.view = gr.HTML(WAITING, elem_id="futures", js_on_load=FUTURES_JS)
         self.state = gr.State(None)  # the map on screen (Drawn)
 
