@@ -39,7 +39,7 @@ def test_the_map_at_the_caret_zooms_and_a_blocks_path_goes_in_there(app_url, bro
     type_text(page, TEXT)
     put_caret(page, TEXT, CARET)
     futures = page.locator("#futures")
-    expect(futures.locator(".futures-caption")).to_contain_text("your text, at the caret")
+    expect(futures.locator('.future-block rect[stroke-width="3"]').first).to_be_attached()  # the writer's own path
     expected = inference.multiverse.typed(TEXT, DEPTH, CUTOFF, caret=CARET, session="browser-expectation")
     first = futures.locator(".future-block").nth(1)  # the likeliest next token's block
     node = expected.nodes[int(first.get_attribute("data-node"))]

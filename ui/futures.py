@@ -111,13 +111,13 @@ def caption(node: FutureNode, parting: Parting | None = None) -> str:
     """What a block says as the pointer passes over it: its path's text, p, mass, bits and entropy (and how the
     second model sees it, comparing)."""
     if node.parent is None:
-        words = ["your text, at the caret" if node.on_text else "your text"]
+        words = ["your text"]
     else:
         words = [f"“{visible(node.text)}”", f"p {percent(node.prob)}", f"mass {percent(node.mass)}",
                  f"{bits(node.mass):.2f} bits"]
     if node.entropy is not None:
         words.append(f"entropy after it {node.entropy:.2f} bits")
-    if node.on_text:
+    if node.on_text and node.parent is not None:
         words.append("your own next tokens")
     if node.ends:
         words.append("ends here")
