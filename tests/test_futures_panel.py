@@ -12,10 +12,11 @@ import custom_llm_inference as inference
 from history import History
 from lookahead.outputs import FutureNode, Multiverse
 from lookahead.sampling import Sampling
-from ui.controls import Constraints, Context, Draft
+from ui.controls import BranchShape, Constraints, Context, Draft, Settings
+from ui.errors import handled
 from ui.futures import BELOW_B, HEIGHT_PX, bits, futures_view, icicle, parting, path_ids
 from ui.insertion import Place
-from ui.panels.futures import MIN_CUTOFF, Asked, Drawn, insert_future, zoom
+from ui.panels.futures import MIN_CUTOFF, NO_SECOND, Asked, Drawn, FuturesView, insert_future, map_futures, zoom
 
 
 def node(id, parent, token, mass, prob, depth, rest, text="", token_id=None, on_text=False, ends=False):
@@ -118,3 +119,26 @@ def test_insert_puts_the_blocks_path_at_the_caret_as_a_branch_goes_in():
 def test_the_controls_cannot_ask_for_a_map_larger_than_the_api_lists():
     assert inference.MAX_MAP_DEPTH / MIN_CUTOFF <= inference.MAX_MAP_NODES
     assert math.isclose(MIN_CUTOFF * inference.MAX_MAP_NODES, inference.MAX_MAP_DEPTH)
+
+
+def settings() -> Settings:
+    return Settings(BranchShape(5, 3), Sampling(), Context("plain text", None, None, inference.default_model_name()),
+                    Constraints(None, None), None)
+
+
+def test_the_map_is_the_engines_at_the_caret_and_is_not_drawn_again_for_the_same_ask(embedded):
+    text, request = "The keeper lit the lamp and the ship", SimpleNamespace(session_hash="futures-test")
+    view = FuturesView(2, 0.05, True, None)
+    update = map_futures(Draft(text, "27", "0"), settings(), view, None, request)
+    expected = inference.multiverse.typed(text, 2, 0.05, caret=27, session="futures-expectation")
+    drawn = update["futures_state"]
+    assert [n.token for n in drawn.result.nodes] == [n.token for n in expected.nodes]
+    assert drawn.asked.place == Place(text, 27) and html.escape(NO_SECOND) in update["futures"]
+    assert map_futures(Draft(text, "27", "0"), settings(), view, drawn, request) == gr.skip()
+    assert map_futures(Draft("", "", "0"), settings(), view, drawn, request)["futures_state"] is None
+
+
+def test_a_map_the_api_refuses_says_why_in_the_apis_words(embedded):
+    refused = handled(map_futures)
+    with pytest.raises(gr.Error, match="raise the cutoff"):
+        refused(Draft("The keeper", "", "0"), settings(), FuturesView(8, 0.001, False, None), None, None)

@@ -190,7 +190,7 @@ def legend(parting: Parting | None) -> str:
     if parting is None:
         return "Colour: the token's probability after its parent; outlined: your own next tokens."
     if parting.unavailable:
-        return f"Colouring by {html.escape(parting.model)} is unavailable: {html.escape(parting.unavailable)}"
+        return f"Colouring by the second model is unavailable: {html.escape(parting.unavailable)}"
     swatches = "".join(f'<span style="display:inline-block;width:14px;height:10px;background:'
                        f'{ratio_colour(r)}'
                        f'"></span>' for r in (-RATIO_BITS, -RATIO_BITS / 2, 0, RATIO_BITS / 2, RATIO_BITS))
@@ -235,7 +235,8 @@ def parting(a: Multiverse, b: Multiverse) -> Parting:
     a_paths = {node.id: tuple(path_ids(a.nodes, node.id)) for node in a.nodes}
     if a.context_tokens != b.context_tokens or any(
             path in spelled and spelled[path] != a.nodes[node_id].token for node_id, path in a_paths.items()):
-        return Parting(b.model, {}, "the two models' tokenizers differ, so their blocks cannot be matched.")
+        return Parting(b.model, {}, f"{b.model}'s tokenizer differs from this model's, so their blocks cannot be "
+                       "matched.")
     return Parting(b.model, {node_id: (math.log2(a.nodes[node_id].mass / b_paths[path].mass) if path in b_paths
                                        and b_paths[path].mass > 0 else None)
                              for node_id, path in a_paths.items()})

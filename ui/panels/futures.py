@@ -34,6 +34,7 @@ MAX_CUTOFF = 0.2
 MIN_CUTOFF = inference.MAX_MAP_DEPTH / inference.MAX_MAP_NODES
 CUTOFF_STEP = 0.001
 WAITING = "<p>Type something to see the map of where the text could go.</p>"
+NO_SECOND = "choose a model to compare with first (“Compare with…”, under Model)."
 DRAWN = itertools.count(1)  # numbers each map drawn: a click on a block of a map since replaced is refused
 
 
@@ -56,7 +57,7 @@ class Asked(NamedTuple):
     sampling: Sampling
     context: Context
     constraints: Constraints
-    second: str | None  # the model whose map colours the blocks
+    second: str | None  # the model whose map colours the blocks ("": asked for, but none is chosen)
 
 
 class Drawn(NamedTuple):
@@ -87,15 +88,14 @@ def map_futures(draft: Draft, settings: Settings, view: FuturesView, drawn: Draw
                                                                        context.conversation):
         return {"futures": WAITING, "futures_state": None}
     place = continued(Place(draft.text, caret_in(draft.text, draft.caret)), context.messages is not None)
-    second = view.compare_with if view.colour_by_second else None
+    second = (view.compare_with or "") if view.colour_by_second else None
     asked = Asked(place, int(view.depth), float(view.cutoff), settings.sampling, context, settings.constraints,
                   second)
     if drawn is not None and drawn.asked == asked:
         return gr.skip()
     result = ask_map(asked, context.model_name, request)
-    compared = parting(result, ask_map(asked, second, request)) if second else None
-    if view.colour_by_second and not view.compare_with:
-        gr.Info("Choose a model to compare with first (“Compare with…”, under Model).")
+    compared = (parting(result, ask_map(asked, second, request)) if second
+                else None if second is None else Parting("", {}, NO_SECOND))
     drawn = Drawn(asked, result, compared, 0, next(DRAWN))
     return {"futures": futures_view(result, 0, compared, drawn.serial), "futures_state": drawn}
 
