@@ -104,7 +104,7 @@ def bits(mass: float) -> float:
 
 def token_label(node: FutureNode) -> str:
     """A block's token as its label shows it (whitespace made visible)."""
-    return END_MARK if node.ends and not node.token.strip() else visible(node.token)[:LABEL_CHARS]
+    return (END_MARK if node.ends else "") + visible(node.token)[:LABEL_CHARS]
 
 
 def caption(node: FutureNode, parting: Parting | None = None) -> str:
