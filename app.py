@@ -42,6 +42,7 @@ from ui.panels.chat import ChatPanel
 from ui.panels.compare import ComparePanel
 from ui.panels.constrain import ConstrainPanel
 from ui.panels.continuation import ContinuationPanel
+from ui.panels.futures import FuturesPanel
 from ui.panels.heatmap import HeatmapPanel
 from ui.panels.history import HistoryPanel, KeptSettings
 from ui.panels.sampling import SamplingPanel
@@ -68,8 +69,8 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
     suggestions are shown beside the chosen model's from the start (the page's "Compare with…" choice)."""
     chat, writer, suggestions, history = ChatPanel(), WriterPanel(), SuggestionsPanel(), HistoryPanel()
     second = SuggestionsPanel(suffix="-2", beside=True, visible=bool(compare_with))
-    continuation, heatmap, why, sampling, constrain = (ContinuationPanel(), HeatmapPanel(), WhyPanel(),
-                                                       SamplingPanel(), ConstrainPanel())
+    continuation, heatmap, why, sampling, constrain, futures = (ContinuationPanel(), HeatmapPanel(), WhyPanel(),
+                                                                SamplingPanel(), ConstrainPanel(), FuturesPanel())
     with gr.Blocks(title="Interactive Lookahead") as demo:
         compare = ComparePanel(compare_with)
         gr.Markdown(INTRODUCTION)
@@ -96,6 +97,7 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
                 with gr.Column(elem_id="plot-column"):
                     suggestions.build_plot()
                     second.build_plot()
+                futures.build()
                 why.build()
                 model = gr.Dropdown(inference.available_models(), value=inference.default_model_name(), label="Model",
                                     elem_id="model")
@@ -104,7 +106,7 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
                 constrain.build()
         panels = dict(chat=chat, writer=writer, suggestions=suggestions, history=history, continuation=continuation,
                       heatmap=heatmap, why=why, sampling=sampling, constrain=constrain, compare=compare,
-                      second=second)
+                      second=second, futures=futures)
         wiring = Wiring({name: slot for panel in panels.values() if hasattr(panel, "slots")
                          for name, slot in panel.slots().items() if panel is not second})
         context = Controls(Context, chat_mode=chat.mode, system_prompt=chat.system_prompt,
@@ -128,6 +130,8 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
             "continue_tokens": continuation.n_tokens, "lossless": continuation.lossless, "stops": continuation.stops,
             "colour_by": heatmap.mode, "threshold": heatmap.threshold, "why_method": why.method,
             "constraint_type": constrain.type, "constraint_value": constrain.value, "constraint": constrain.kept,
+            "futures_depth": futures.map_depth, "futures_cutoff": futures.map_cutoff,
+            "futures_by_second": futures.colour_by_second,
         })
         constrain.wire(wiring, refresh)
         history.wire(wiring, demo, refresh, kept, restored=[compare.shown, constrain.restored])
@@ -135,6 +139,9 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
         continuation.wire(wiring, writer.draft, context, constraints, refresh)
         heatmap.wire(wiring, context, refresh)
         why.wire(wiring, suggestions.plot, heatmap.view, context)
+        futures.wire(wiring, writer.draft, Controls(Settings, shape=sampling.shape, sampling=sampling.sampling,
+                                                    context=context, constraints=constraints, view=None),
+                     compare.other, suggestions.answered, refresh)
         sampling.wire(wiring, refresh)
         model.input(**refresh)
         demo.load(None, None, None, js=FOLD_ON_PHONE_JS)

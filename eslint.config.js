@@ -10,7 +10,7 @@ const KINDS = {
   // whole scripts, in <script> elements of the page's <head>
   head: ["keyboard.js", "branch_why.js"],
   // gr.HTML js_on_load: function bodies gradio runs with these arguments
-  onLoad: ["click_token.js", "select_node.js", "import.js", "heatmap.js"],
+  onLoad: ["click_token.js", "select_node.js", "import.js", "heatmap.js", "futures.js"],
   // an event's js=: one expression whose value is the function (history_sync.js: an object of them)
   expression: ["why_branch.js", "download.js", "caret.js", "place_caret.js", "history_sync.js", "answer.js", "fold_on_phone.js"],
 };

@@ -323,13 +323,15 @@ LIMIT_ROWS = {
         lambda: [1, inference.MAX_MAP_DEPTH],
         lambda: beyond(1, inference.MAX_MAP_DEPTH),
         lambda v: inference.multiverse("x", depth=v),
-        names="depth",
+        "map_depth",
+        "depth",
     ),
     "`cutoff` of `multiverse`": Limit(
         lambda: [0, 1, inference.MAX_MAP_NODES],
         lambda: [0, 1, 3 / (inference.MAX_MAP_NODES + 1)],
         lambda v: inference.multiverse("x", depth=3, cutoff=v),
-        names="cutoff",
+        "map_cutoff",
+        "cutoff",
     ),
     "`messages`": Limit(
         lambda: [MAX_MESSAGES, inference.MAX_TEXT_CHARS],

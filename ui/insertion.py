@@ -31,6 +31,12 @@ def caret_in(text: str, caret: str | None) -> int | None:
     return at if 0 <= at < len(text) else None
 
 
+def continued(place: Place, chat: bool) -> Place:
+    """Where the model continues `place`: at its caret, or at the end where nothing before the caret is there to
+    continue (a caret at 0 outside chat mode, which the API refuses)."""
+    return Place(place.text, None) if place.caret == 0 and not chat else place
+
+
 def caret_out(caret: int | None) -> str:
     """A caret for the page's copy (place_caret.js puts the text box's caret there)."""
     return "" if caret is None else str(caret)

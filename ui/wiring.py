@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from lookahead.sampling import Sampling
     from ui.heatmap import Shown
     from ui.on_screen import OnScreen
+    from ui.panels.futures import Drawn
 
 
 class Update(TypedDict, total=False):
@@ -75,6 +76,9 @@ class Update(TypedDict, total=False):
     # why (ui/panels/why.py)
     why: str
     why_state: dict | None
+    # futures (ui/panels/futures.py)
+    futures: str
+    futures_state: Drawn | None
     # sampling (ui/panels/sampling.py)
     preset: str
     sampling: Sampling | dict  # every slider (a dict: those it names)

@@ -24,7 +24,7 @@ from ui.controls import MAX_BUTTONS, Controls, Draft, Settings
 from ui.errors import refuse
 from ui.heatmap_update import show_heatmap
 from ui.history_updates import edited, history_shown
-from ui.insertion import Place, caret_in, caret_out, inserted
+from ui.insertion import Place, caret_in, caret_out, continued, inserted
 from ui.on_screen import OnScreen, before_choice, forced_ids, forced_text, node_settings
 from ui.preparing import Preparation
 from ui.render import branch_label, caret_marker, distribution_plot, first_word, plot_heading
@@ -115,8 +115,7 @@ def suggestions_for(place: Place, settings: Settings, request: gr.Request) -> tu
     """The suggestions at `place` with the page's settings, and the milliseconds they took."""
     if settings.shape.seed is None:
         raise refuse("Give a seed (a whole number, 0 or more).")
-    if place.caret == 0 and settings.context.messages is None:
-        place = Place(place.text, None)  # nothing before the caret to continue: suggestions for the end instead
+    place = continued(place, settings.context.messages is not None)
     start = time.perf_counter()
     fit_tokens = 0 if place.caret is not None and fit_after() else FIT_TOKENS  # then complete_at_caret's
     result = ask(place, settings, request, fit_tokens)
