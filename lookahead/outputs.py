@@ -100,8 +100,9 @@ class PartialSuggestions:
 
 
 @dataclass(frozen=True)
-class Suggestions:
-    """`lookahead`'s answer: the context the model read, the next-token distribution and the branches."""
+class ContextRead:
+    """What the model read for an answer: which model where, how many tokens (from the session's cache, left out of
+    a text longer than its context), the whitespace healing backed up, and a warning for the caller."""
 
     model: str
     device: str
@@ -110,6 +111,12 @@ class Suggestions:
     truncated_tokens: int
     healed_whitespace: str
     notice: str
+
+
+@dataclass(frozen=True)
+class Suggestions(ContextRead):
+    """`lookahead`'s answer: the context the model read, the next-token distribution and the branches."""
+
     partial: PartialSuggestions | None
     sampling: Sampling
     branch_mode: str
@@ -269,19 +276,12 @@ class FutureNode(NamedTuple):
 
 
 @dataclass(frozen=True)
-class Multiverse:
+class Multiverse(ContextRead):
     """`multiverse`'s answer: every continuation of at most `depth` tokens whose mass is at least `cutoff`, root
     first, then depth first with each node's children by mass (the writer's own next tokens, at a caret, too).
     `top_n`: None where every mass is exact; N through a server that lists each node's top N only (a child outside
     them is not known)."""
 
-    model: str
-    device: str
-    context_tokens: int
-    reused_tokens: int
-    truncated_tokens: int
-    healed_whitespace: str
-    notice: str
     sampling: Sampling
     depth: int
     cutoff: float
