@@ -3,6 +3,7 @@
 import json
 import math
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
@@ -35,7 +36,7 @@ from ui.insertion import caret_in, joined
 from ui.on_screen import OnScreen
 from ui.panels.chat import send_user_message, switch_mode
 from ui.panels.constrain import constrain, restore_constraint, unconstrain
-from ui.panels.history import KeptSettings, import_history, move, restore
+from ui.panels.history import KeptSettings, export_history, import_history, move, restore
 from ui.panels.sampling import apply_preset, matching_preset
 from ui.panels.suggestions import (
     force_token,
@@ -267,6 +268,26 @@ def test_import_errors_are_shown_not_raised_as_tracebacks():
     text, imported = at(import_history(History.start("a", "m"), SimpleNamespace(json=exported)), "text_box",
                         "history_state")
     assert text == "kept" and imported.to_json() == exported
+
+
+def test_an_export_names_its_format_and_an_import_reads_any_format_saying_what_it_left_out(monkeypatch):
+    said, warned = [], []
+    monkeypatch.setattr(gr, "Info", said.append)
+    monkeypatch.setattr(gr, "Warning", warned.append)
+    history = History.start("Once", "m")
+    history.add("Once upon", "branch", [1, 2])
+    (exported,) = at(export_history(history, "loom"), "history_file")
+    file = json.loads(exported)
+    assert file["name"] == "history.loom.json" and "token ids (1 node)" in said.pop()
+    text, imported = at(import_history(History.start("a", "m"), SimpleNamespace(json=file["text"])), "text_box",
+                        "history_state")
+    assert text == "Once upon" and [n.text for n in imported.nodes] == ["Once", "Once upon"]
+    assert "Read a loom tree of 2 nodes" in said.pop()
+    session = Path(__file__).parent / "fixtures" / "history" / "sample-mikupad-session.json"
+    import_history(History.start("a", "m"), SimpleNamespace(json=session.read_text()))
+    assert "API key" in said.pop() and "written with llama-3.1-8b" in warned.pop()
+    with pytest.raises(gr.Error, match="Could not import that file: not a history this app reads"):
+        import_history(History.start("a", "m"), SimpleNamespace(json='{"pages": []}'))
 
 
 def test_presets_round_trip_through_the_controls():

@@ -57,7 +57,7 @@ class Update(TypedDict, total=False):
     history_state: History
     tree: str
     history_sync: str
-    history_json: str
+    history_file: str  # an export: {"name", "text"} as JSON
     kept_settings: list[dict]  # a gr.update per setting a reload keeps (ui/panels/history.py's KeptSettings)
     # chat (ui/panels/chat.py)
     chat_mode: str

@@ -14,6 +14,7 @@ from gradio.components import Component
 
 import custom_llm_inference as inference
 from history import History
+from history.formats import EXPORTS, FORMAT_LABELS, OWN, export_notice, export_tree, file_name, read_tree
 from ui.chat import MODES as CHAT_MODES
 from ui.chat import TEXT_LABELS
 from ui.errors import refuse
@@ -60,20 +61,28 @@ def clear(history: History) -> Update:
     return edited(history)
 
 
-def export_history(history: History) -> Update:
-    """The tree as JSON, for the browser to save as a file (DOWNLOAD_JS)."""
-    return {"history_json": history.to_json()}
+def export_history(history: History, format: str) -> Update:
+    """The tree in `format` (history/formats.py's EXPORTS) and its file's name, for the browser to save
+    (DOWNLOAD_JS); what the format leaves out of the tree is said beside it."""
+    notice = export_notice(history, format)
+    if notice:
+        gr.Info(notice)
+    return {"history_file": json.dumps({"name": file_name(format), "text": export_tree(history, format)})}
 
 
 def import_history(history: History, event: gr.EventData) -> Update:
-    """Replace the session's tree with an exported one; its current node's text becomes the text."""
+    """Replace the session's tree with the file's (this app's, loom's, OpenLoom's, logitloom's or a mikupad
+    session); its current node's text becomes the text. An unreadable file changes nothing and says why."""
     try:
-        imported = History.from_json(event.json)
+        imported = read_tree(event.json)
     except ValueError as error:
         raise refuse(f"Could not import that file: {error}") from None
-    if imported.model != history.model:
-        gr.Warning(f"This history was written with {imported.model}; suggestions now come from {history.model}.")
-    return at_node(imported)
+    if imported.notice:
+        gr.Info(imported.notice)
+    model = imported.history.model
+    if model and model != history.model:
+        gr.Warning(f"This history was written with {model}; suggestions now come from {history.model}.")
+    return at_node(imported.history)
 
 
 class KeptSettings:
@@ -165,7 +174,7 @@ class HistoryPanel:
 
     def build_state(self) -> None:
         self.state = gr.State(History.start(DEFAULT_TEXT, inference.default_model_name()))
-        self.json = gr.Textbox(visible=False)  # carries an export to the browser's download
+        self.file = gr.Textbox(visible=False)  # carries an export ({"name", "text"}) to the browser's download
         # Each update sends this browser's copy what changed (history.changes); SAVE_HISTORY_JS keeps it.
         self.sync = gr.Textbox(visible="hidden", elem_id="history-sync")
         self.settings_sync = gr.Textbox(visible="hidden", elem_id="settings-sync")  # the kept settings, to restore
@@ -181,12 +190,15 @@ class HistoryPanel:
         with gr.Accordion("History (click a line to go back there)", open=True, elem_id="history-panel"):
             self.tree = gr.HTML(elem_id="history-tree", js_on_load=SELECT_NODE_JS)
             with gr.Row():
-                self.export = gr.Button("Export JSON", elem_id="export", size="sm", scale=0, min_width=120)
+                self.export_format = gr.Dropdown([(FORMAT_LABELS[f], f) for f in EXPORTS], value=OWN,
+                                                 show_label=False, elem_id="export-format", scale=0, min_width=200,
+                                                 container=False)
+                self.export = gr.Button("Export", elem_id="export", size="sm", scale=0, min_width=90)
                 self.importer = gr.HTML(IMPORT_HTML, elem_id="import", js_on_load=IMPORT_JS)
 
     def slots(self) -> dict:
         return {"history_state": self.state, "tree": self.tree, "history_sync": self.sync,
-                "history_json": self.json}
+                "history_file": self.file}
 
     def wire(self, wiring: Wiring, demo: gr.Blocks, refresh: dict, kept: KeptSettings,
              restored: list[dict] = ()) -> None:
@@ -200,8 +212,8 @@ class HistoryPanel:
             button.click(**wiring.handler(move, dict(step=gr.State(step), **history), AT_NODE)).success(**refresh)
         self.tree.select(**wiring.handler(select_node, history, AT_NODE)).success(**refresh)
         self.clear.click(**wiring.handler(clear, history, EDITED)).then(**refresh)
-        self.export.click(**wiring.handler(export_history, history, ["history_json"])).then(
-            None, self.json, None, js=DOWNLOAD_JS)
+        self.export.click(**wiring.handler(export_history, dict(format=self.export_format, **history),
+                                           ["history_file"])).then(None, self.file, None, js=DOWNLOAD_JS)
         self.importer.upload(**wiring.handler(import_history, history, AT_NODE)).success(**refresh)
         kept.wire()
         wiring = wiring.adding(kept_settings=list(kept.components.values()))

@@ -1,7 +1,8 @@
-// An event's js= (app.py's export): the history's JSON, saved as a file by the browser.
-(json) => {
+// An event's js= (the history panel's export): {"name", "text"} as JSON, the text saved as a file of that name.
+(file) => {
+  const {name, text} = JSON.parse(file);
   const link = document.createElement('a');
-  link.href = URL.createObjectURL(new Blob([json], {type: 'application/json'}));
-  link.download = 'lookahead-history.json';
+  link.href = URL.createObjectURL(new Blob([text], {type: 'application/json'}));
+  link.download = name;
   document.body.appendChild(link); link.click(); link.remove();
 }
