@@ -10,7 +10,6 @@ ours where none does), and a small record in the file (`Marker`) lets this app p
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -211,7 +210,3 @@ def dropped(history: History, format_name: str, moved: int) -> str:
 
 def _nodes(count: int) -> str:
     return f"{count} node{'s' * (count != 1)}"
-
-
-def as_json(data: dict) -> str:
-    return json.dumps(data, ensure_ascii=False, indent=1)

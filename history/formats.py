@@ -56,6 +56,9 @@ def _parsed(data: str | bytes | dict) -> dict:
             data = json.loads(data)
         except json.JSONDecodeError as error:
             raise ValueError(f"not a JSON file: {error}") from None
+        except RecursionError:
+            raise ValueError("the file nests its nodes too deep for Python's JSON reader (about 490 loom nodes; "
+                             "OpenLoom's and this app's files are flat)") from None
     if not isinstance(data, dict):
         raise ValueError(f"not a history file: its JSON is a {type(data).__name__}, not an object")
     return data

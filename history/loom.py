@@ -10,6 +10,7 @@ loom keeps fields it does not know when it saves, so this app's marker survives 
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -20,7 +21,7 @@ from history.foreign import (
     Imported,
     Marker,
     Piece,
-    as_json,
+    Placement,
     build,
     dropped,
     new_ids,
@@ -30,6 +31,7 @@ from history.foreign import (
 FORMAT = "loom"
 TIMESTAMP = "%Y-%m-%d-%H.%M.%S"  # loom's creation_timestamp, in local time
 MODEL_SOURCE, WRITER_SOURCE = "AI", "prompt"
+READABLE_DEPTH = 490  # Python's json module reads a node and its children list 2 levels each, up to about 1000
 
 
 def is_loom(raw: dict) -> bool:
@@ -111,21 +113,59 @@ def write(history: History) -> str:
     """The tree as a loom file: the nodes nested, each with the text it adds, the current node selected."""
     placed = placements(history)
     ids = new_ids(history, lambda: str(uuid.uuid4()))
-    written: dict[int, dict] = {}
+    children: dict[int | None, list[int]] = {}
     for place in placed:
-        node = place.node
-        out = {"id": ids[place.key], "text": place.text, "children": [], "mutable": node is not None}
-        if place.parent is not None:
-            out["parent_id"] = ids[place.parent]
-            written[place.parent]["children"].append(out)
-        if node is not None:
-            source = MODEL_SOURCE if node.kind in MODEL_KINDS else WRITER_SOURCE
-            out["meta"] = {"creation_timestamp": time.strftime(TIMESTAMP, time.localtime(node.time)),
-                           "source": source, "modified": False}
-        out[MARKER_KEY] = place.marker(history, ids).as_dict()
-        written[place.key] = out
-    return as_json({"root": written[placed[0].key], "chapters": {}, "selected_node_id": ids[history.current]})
+        children.setdefault(place.parent, []).append(place.key)
+    fields = {place.key: _fields(place, history, ids) for place in placed}
+    rest = json.dumps({"chapters": {}, "selected_node_id": ids[history.current]})
+    return f'{{"root":{_nested(placed[0].key, fields, children)},{rest[1:]}'
+
+
+def _fields(place: Placement, history: History, ids: dict[int, str]) -> dict:
+    """A node's own fields in the file, all but its children."""
+    node = place.node
+    out: dict = {"id": ids[place.key], "text": place.text, "mutable": node is not None}
+    if place.parent is not None:
+        out["parent_id"] = ids[place.parent]
+    if node is not None:
+        source = MODEL_SOURCE if node.kind in MODEL_KINDS else WRITER_SOURCE
+        out["meta"] = {"creation_timestamp": time.strftime(TIMESTAMP, time.localtime(node.time)),
+                       "source": source, "modified": False}
+    out[MARKER_KEY] = place.marker(history, ids).as_dict()
+    return out
+
+
+def _nested(root: int, fields: dict[int, dict], children: dict[int | None, list[int]]) -> str:
+    """The nodes nested as loom keeps them, written without recursion (a writer's tree can be thousands deep)."""
+    parts: list[str] = []
+    stack: list[int | str] = [root]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            parts.append(item)
+            continue
+        parts.append(json.dumps(fields[item], ensure_ascii=False)[:-1] + ',"children":[')
+        stack.append("]}")
+        below = children.get(item, [])
+        for i in reversed(range(len(below))):
+            stack += [below[i], ","] if i else [below[i]]
+    return "".join(parts)
 
 
 def notice(history: History) -> str:
-    return dropped(history, "loom", sum(p.moved for p in placements(history)))
+    """What loom's file leaves out, and where the tree nests deeper than Python's JSON reader (loom's) goes."""
+    placed = placements(history)
+    said = dropped(history, "loom", sum(p.moved for p in placed))
+    depth = _depth(placed)
+    if depth > READABLE_DEPTH:
+        said += (f" This tree is {depth} nodes deep: loom, and this app, read nested files only about "
+                 f"{READABLE_DEPTH} deep — OpenLoom's flat file has no such limit.")
+    return said
+
+
+def _depth(placed: list[Placement]) -> int:
+    """How many nodes deep the file nests (placements come parents first)."""
+    depths: dict[int | None, int] = {None: 0}
+    for place in placed:
+        depths[place.key] = depths[place.parent] + 1
+    return max(depths.values())

@@ -11,6 +11,7 @@ chat messages; here, as in loom, each one's text is what it adds to the text abo
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from history import History
@@ -21,7 +22,6 @@ from history.foreign import (
     Marker,
     Piece,
     Placement,
-    as_json,
     build,
     dropped,
     new_ids,
@@ -106,11 +106,11 @@ def write(history: History) -> str:
         nodes[ids[place.key]] = _node(place, history, ids, hangs_from)
         if place.parent is not None:
             nodes[ids[place.parent]]["childrenIds"].append(ids[place.key])
-    return as_json({
+    return json.dumps({
         "id": str(uuid.uuid4()).upper(), "title": TITLE, "description": f"Written with {history.model}.",
         "lastModified": max(n.time for n in history.nodes) - APPLE_EPOCH, "systemMessage": "",
         "rootNodeId": ids[placed[0].key], "currentNodeId": ids[history.current], "nodes": nodes, "bookmarkedNodes": {},
-    })
+    }, ensure_ascii=False)
 
 
 def _node(place: Placement, history: History, ids: dict[int, str], hangs_from: dict[int, int | None]) -> dict:

@@ -202,19 +202,20 @@ def test_unreadable_files_raise_value_errors_saying_what_is_wrong(data, message)
 
 
 def generated_loom_tree(depth: int, width: int) -> tuple[dict, int, str]:
-    """A loom tree `depth` levels deep, `width` children at the top of each level's first node and one on the others
-    (so a few hundred nodes), selected at its deepest first node; its node count and that node's text."""
+    """A loom tree `depth` levels deep whose first path forks `width` ways at every level, each other branch going
+    straight down (width 4: 651 nodes), selected at the first path's end; its node count and that node's text."""
     count = 0
 
-    def node(level: int, index: int) -> dict:
+    def node(level: int, index: int, on_first_path: bool) -> dict:
         nonlocal count
         count += 1
-        fanout = width if index == 0 else 1
-        children = [node(level + 1, i) for i in range(fanout)] if level < depth else []
-        return {"id": f"n{count}", "text": f" {level}.{index}", "children": children,
+        key = f"n{count}"
+        fanout = (width if on_first_path else 1) if level < depth else 0
+        children = [node(level + 1, i, on_first_path and i == 0) for i in range(fanout)]
+        return {"id": key, "text": f" {level}.{index}", "children": children,
                 "meta": {"source": "AI" if level % 2 else "prompt"}}
 
-    root = node(0, 0)
+    root = node(0, 0, True)
     deepest, text = root, root["text"]
     while deepest["children"]:
         deepest = deepest["children"][0]
@@ -225,6 +226,17 @@ def generated_loom_tree(depth: int, width: int) -> tuple[dict, int, str]:
 def test_a_large_generated_loom_tree_imports_whole():
     data, count, text = generated_loom_tree(depth=20, width=4)
     h = import_tree(json.dumps(data))
-    assert len(h.nodes) == count > 300
+    assert len(h.nodes) == count == 651
     assert h.text == text and len(h.path()) == 21
     assert History.from_json(h.to_json()) == h, "a valid tree of this app's"
+
+
+def test_a_tree_deeper_than_pythons_json_reader_goes_exports_and_says_so(monkeypatch):
+    h = History.start("", "m")
+    for i in range(600):
+        h.add(h.text + f" {i}", "token", [i])
+    loom_file = export_tree(h, "loom")
+    assert "601 nodes deep" in export_notice(h, "loom") and "deep" not in export_notice(h, "openloom")
+    with pytest.raises(ValueError, match="too deep"):
+        import_tree(loom_file)
+    assert shape(import_tree(export_tree(h, "openloom"))) == shape(h), "OpenLoom's file is flat"
