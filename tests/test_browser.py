@@ -17,6 +17,7 @@ from browser import (  # skips without chromium
     wait_for_stored_text,
 )
 from history import History
+from history.formats import FORMAT_LABELS, OWN, import_tree
 from lookahead import reading
 from lookahead.scheduler import scheduler
 from ui.heatmap import HEATMAP_TOKENS, bucket, shown_text
@@ -493,3 +494,31 @@ def test_a_long_paste_answers_at_once_labelled_partial_then_exactly(page, monkey
     monkeypatch.setattr(reading, "FIRST_ANSWER_SECONDS", 0)  # the expectation reads the text whole
     expect_suggestions_for(page, text)
     expect(page.locator(".toast-body.error")).to_have_count(0)
+
+
+def test_an_export_as_loom_is_named_so_and_reads_back_and_a_loom_file_replaces_the_tree(page):
+    taken = write_and_take_the_first_branch(page, "Exported as loom:")
+    session = wait_for_stored_text(page, taken)
+    page.locator("#export-format input").click()
+    page.get_by_role("option", name="loom", exact=True).click()
+    with page.expect_download() as download:
+        page.locator("#export").click()
+    assert download.value.suggested_filename == "history.loom.json"
+    exported = import_tree(Path(download.value.path()).read_text())
+    assert [n.text for n in exported.nodes] == [n.text for n in session.nodes] and exported.text == taken
+    expect(page.get_by_text("loom keeps the text, the tree")).to_be_visible()
+
+    page.locator("#import input[type=file]").set_input_files(files=[
+        {"name": "broken.json", "mimeType": "application/json", "buffer": b'{"pages": []}'}])
+    expect(page.locator(".toast-body.error")).to_contain_text("Could not import that file: not a history")
+    expect(page.locator("#text textarea")).to_have_value(taken)  # the tree is kept
+
+    sample = Path(__file__).parent / "fixtures" / "history" / "sample.loom.json"
+    page.locator("#import input[type=file]").set_input_files(sample)
+    current = import_tree(sample.read_text()).text
+    expect_suggestions_for(page, current)
+    expect(page.get_by_text("Read a loom tree of 5 nodes")).to_be_visible()
+    expect(page.locator("#tree")).to_contain_text("lamp.")
+    assert wait_for_stored_text(page, current).text == current
+    page.locator("#export-format input").click()
+    page.get_by_role("option", name=FORMAT_LABELS[OWN], exact=True).click()
