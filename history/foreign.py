@@ -22,18 +22,20 @@ MARKER_KEY = "interactive_lookahead"  # where a file written here keeps what its
 
 @dataclass(frozen=True)
 class Marker:
-    """What this app adds to a node it writes: its kind, and its real parent where it hangs from another.
+    """What this app adds to a node it writes: its kind, its number here (so siblings and ids come back in
+    order), and its real parent where it hangs from another.
 
     `virtual`: the empty root added above ours; `model`: the tree's model (kept on the root).
     """
 
-    kind: str = ""
+    kind: str | None = None
+    id: int | None = None
     parent: str | None = None
-    virtual: bool = False
+    virtual: bool | None = None
     model: str | None = None
 
     def as_dict(self) -> dict:
-        return {k: v for k, v in vars(self).items() if v not in ("", None, False)}
+        return {k: v for k, v in vars(self).items() if v is not None}
 
     @classmethod
     def read(cls, raw: object, where: str) -> Marker | None:
@@ -42,8 +44,10 @@ class Marker:
         if not isinstance(raw, dict) or not set(raw) <= set(cls.__dataclass_fields__):
             raise ValueError(f"{where}: its {MARKER_KEY!r} field is not one this app writes")
         marker = cls(**raw)
-        if marker.kind and marker.kind not in KINDS:
+        if marker.kind is not None and marker.kind not in KINDS:
             raise ValueError(f"{where}: kind {marker.kind!r} is not one of {KINDS}")
+        if marker.id is not None and not (isinstance(marker.id, int) and marker.id >= 0):
+            raise ValueError(f"{where}: its number {marker.id!r} is not a count")
         return marker
 
 
@@ -87,7 +91,7 @@ def build(pieces: list[Piece], current: str | None, model: str = "") -> History:
     for key, parent in parents.items():
         if parent is not None and parent not in by_key:
             raise ValueError(f"node {key!r}: its parent {parent!r} is not in the tree")
-    order = _depth_first(root.key, parents, [p.key for p in pieces])
+    order = _numbered(_depth_first(root.key, parents, [p.key for p in pieces]), parents, by_key)
     ids = {key: i for i, key in enumerate(order)}
     nodes = []
     for i, key in enumerate(order):
@@ -133,6 +137,18 @@ def _depth_first(root: str, parents: dict[str, str | None], order: list[str]) ->
     return out
 
 
+def _numbered(order: list[str], parents: dict[str, str | None], by_key: dict[str, tuple[Piece, str]]) -> list[str]:
+    """`order` by the numbers this app's markers give, where every node has one, 0 to n-1, parents first."""
+    numbers = {key: by_key[key][0].marker.id if by_key[key][0].marker else None for key in order}
+    if sorted(n for n in numbers.values() if n is not None) != list(range(len(order))):
+        return order
+    renumbered = sorted(order, key=numbers.__getitem__)
+    at = {key: i for i, key in enumerate(renumbered)}
+    if renumbered[0] != order[0] or any(at[parents[key]] > at[key] for key in renumbered[1:]):
+        return order
+    return renumbered
+
+
 def _most_named(pieces: Iterable[Piece]) -> str:
     names = Counter(p.settings["model"] for p in pieces if isinstance(p.settings.get("model"), str))
     return names.most_common(1)[0][0] if names else ""
@@ -157,7 +173,7 @@ class Placement:
         node = self.node
         if node is None:
             return Marker(virtual=True)
-        return Marker(node.kind, ids[node.parent] if self.moved else None,
+        return Marker(node.kind, node.id, ids[node.parent] if self.moved else None,
                       model=history.model if node.parent is None else None)
 
 

@@ -36,6 +36,8 @@ def written_tree(monkeypatch, root: str = "Once") -> History:
     h.add(f"{root} upon the sea", "continue", [8, 9], {"top_k": 5})
     h.add("", "clear")
     h.add("", "turn", [], {"messages": [{"role": "user", "content": "hi"}]})
+    h.select(2)
+    h.add(f"{root} upon a time!", "type")  # numbered after nodes that come later depth first
     h.select(3)
     return h
 
