@@ -18,6 +18,13 @@ MODEL_KINDS = frozenset({"branch", "word", "token", "continue", "rewind"})
 WRITER = None  # a span's `node` when the writer wrote it
 
 
+def accepted(source: str, choices: int, prob: float | None = None) -> dict:
+    """What a node that takes the model's text records of the choice, beside the settings it was made with: where
+    it was taken from ("branch", "word", "token", "futures", "continue", "rewind"), how many choices were offered
+    (log2 of it is the bits the writer spent choosing), and the probability the page showed for what was taken."""
+    return {"source": source, "choices": choices, **({"prob": prob} if prob is not None else {})}
+
+
 class Span(NamedTuple):
     """Characters start..end of the text, written by the writer (`node` None) or accepted at node `node`."""
 

@@ -12,6 +12,7 @@ from typing import Protocol
 import gradio as gr
 
 from history import History
+from history.authorship import accepted
 from lookahead.outputs import Suggestions
 from ui.controls import Context, Controls, HeatmapView
 from ui.errors import refuse
@@ -101,7 +102,9 @@ def rewind(heatmap_shown: Shown | None, history: History, event: gr.EventData) -
         raise refuse("That alternative is no longer shown.")
     if "\ufffd" in alternative.token:
         raise refuse("That alternative is part of a character split over several tokens.")
-    history.fork(text[: tokens[index].start] + alternative.token, "rewind", [alternative.token_id])
+    history.fork(text[: tokens[index].start] + alternative.token, "rewind", [alternative.token_id],
+                 {"model": heatmap_shown.result.model, "from": history.current,
+                  **accepted("rewind", len(tokens[index].alternatives), alternative.prob)})
     return edited(history)
 
 
