@@ -35,19 +35,19 @@ class Span(NamedTuple):
 
 def authorship(history: History, node_id: int | None = None) -> list[Span]:
     """The text at `node_id` (the current node by default) as consecutive spans by author, covering it all."""
-    chain = _chain(history, history.current if node_id is None else node_id)
     spans: list[Span] = []
     before = ""
-    for node in chain:
+    for node in lineage(history, node_id):
         spans = _edited(spans, before, node)
         before = node.text
     return spans
 
 
-def _chain(history: History, node_id: int) -> list[Node]:
-    """The nodes whose edits build `node_id`'s text, root first: each one's base (`_base`) before it."""
+def lineage(history: History, node_id: int | None = None) -> list[Node]:
+    """The nodes whose edits build the text at `node_id` (the current node by default), root first: each one's
+    base (`_base`) before it. The path from the root, but for a rewind, which goes on from the node it rewound."""
     chain = []
-    at: int | None = node_id
+    at: int | None = history.current if node_id is None else node_id
     while at is not None:
         chain.append(history.nodes[at])
         at = _base(history.nodes[at], len(history.nodes))
