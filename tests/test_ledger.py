@@ -1,16 +1,24 @@
 """The ledger's numbers against a direct computation: a hand-made history, and the embedded model's scores of its
 text recomputed with one plain forward pass (tests/reference.py)."""
 
+import json
 import math
+import re
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 import custom_llm_inference as inference
 from history import History
 from history.authorship import accepted, authorship
-from lookahead.outputs import ScoredToken
+from lookahead.outputs import Alternative, ScoredToken, TokenScores
 from reference import reference_scores
-from ui.ledger import Choice, ledger, ledger_view, token_authors
+from ui.controls import Context
+from ui.heatmap import ACCEPTED_CLASS, Listing, heatmap_message, heatmap_view
+from ui.ledger import Choice, accepted_tokens, ledger, ledger_view, token_authors
+from ui.logprobs_export import logprobs_json
+from ui.panels.ledger import EMPTY, export_for_analysis, show_ledger
 
 BY_MODEL = " the stairs"
 BY_WRITER = " slowly, counting"
@@ -77,3 +85,57 @@ def test_the_ledger_of_the_engines_scores_matches_a_plain_forward_pass(embedded)
     assert len(ids) == book.writer_tokens + book.model_tokens
     assert book.writer_bits == pytest.approx(sum(bits["writer"]) / len(bits["writer"]), abs=1e-3)
     assert book.model_bits == pytest.approx(sum(bits["model"]) / len(bits["model"]), abs=1e-3)
+
+
+def listed(h: History) -> Listing:
+    """The hand-made history's text as four scored tokens, each with one alternative."""
+    pieces = ["The keeper climbed", BY_MODEL, BY_WRITER, " each"]
+    tokens = [t._replace(token_id=i, prob=None if t.logprob is None else math.exp(t.logprob), rank=2, entropy=1.0,
+                         alternatives=(Alternative(99, " x", 0.25),))
+              for i, t in enumerate(scored(h.text, pieces, [None, -1.0, -2.0, -0.5]))]
+    return Listing("m", tokens)
+
+
+def test_the_heatmap_underlines_the_accepted_tokens_and_sends_a_change_of_author_alone():
+    h = written()
+    listing = listed(h)
+    marked = replace(listing, accepted=accepted_tokens(h, h.text, listing.tokens))
+    assert marked.accepted == {1, 3}
+    assert accepted_tokens(h, h.text + "!", listing.tokens) == frozenset(), "another text: nothing to mark"
+    spans = re.findall(r'<span class="tk ([^"]*)"[^>]*data-i="(\d)"', heatmap_view(h.text, marked, "probability", 10))
+    assert [(ACCEPTED_CLASS in classes.split(), int(i)) for classes, i in spans] == [
+        (False, 0), (True, 1), (False, 2), (True, 3)]
+    _, shown = heatmap_message(h.text, listing, "probability", 10, None)
+    message = json.loads(heatmap_message(h.text, marked, "probability", 10, shown)[0])
+    assert message["keep"] == 1, "the same tokens, now underlined from the second: sent again from there"
+
+
+def test_the_export_lists_each_token_as_openais_logprobs_do_with_its_author():
+    h = written()
+    listing = listed(h)
+    scores = TokenScores("m", 4, 0, 0, listing.tokens)
+    exported = json.loads(logprobs_json(h, scores))
+    assert (exported["format"], exported["model"], exported["text"]) == ("interactive-lookahead-logprobs", "m", h.text)
+    content = exported["logprobs"]["content"]
+    assert [(c["token"], c["author"], c["node"]) for c in content] == [
+        ("The keeper climbed", "writer", None), (BY_MODEL, "model", 1), (BY_WRITER, "writer", None),
+        (" each", "model", 3)]
+    assert content[1] == {"token": BY_MODEL, "logprob": -1.0, "bytes": list(BY_MODEL.encode()), "token_id": 1,
+                          "top_logprobs": [{"token": " x", "logprob": math.log(0.25), "bytes": [32, 120]}],
+                          "author": "model", "node": 1}
+    assert content[0]["logprob"] is None, "nothing before the first token to score it by"
+
+
+def test_the_panel_shows_the_ledger_and_exports_the_engines_scores(embedded):
+    h = written()
+    context = Context("plain text", None, None, inference.default_model_name())
+    request = SimpleNamespace(session_hash="ledger-panel-test")
+    shown = show_ledger(h, context, request)["ledger"]
+    expected = ledger(h, inference.token_probabilities.typed(h.text, 5, session="ledger-expected",
+                                                             partial=False).tokens)
+    assert f'<b id="ledger-model-chars">{expected.model_chars}</b>' in shown
+    assert f'<b id="ledger-writer-bits">{expected.writer_bits:.2f}</b>' in shown
+    content = json.loads(export_for_analysis(h, context, request)["analysis_json"])["logprobs"]["content"]
+    assert "".join(c["token"] for c in content) == h.text
+    assert {c["author"] for c in content} == {"writer", "model"}
+    assert show_ledger(History.start("", "m"), context, request) == {"ledger": EMPTY}

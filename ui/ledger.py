@@ -73,6 +73,14 @@ def token_authors(spans: list[Span], tokens: list[ScoredToken]) -> list[int | No
     return authors
 
 
+def accepted_tokens(history: History, text: str, tokens: list[ScoredToken]) -> frozenset[int]:
+    """The indices of the tokens of `text` the writer accepted from the model: none where the history's current
+    text is another (the box is ahead of it, or behind)."""
+    if history.text != text:
+        return frozenset()
+    return frozenset(i for i, author in enumerate(token_authors(authorship(history), tokens)) if author is not WRITER)
+
+
 def choices_made(history: History, node_id: int | None = None) -> list[Choice]:
     """The choices of the model's text that built the text at `node_id` (the current node by default), in order:
     those whose node recorded how many were offered."""

@@ -1,7 +1,7 @@
-// An event's js= (app.py's export): the history's JSON, saved as a file by the browser.
-(json) => {
+// An event's js= (an export): JSON saved as a file by the browser, under `name` (the history's by default).
+(json, name = 'lookahead-history.json') => {
   const link = document.createElement('a');
   link.href = URL.createObjectURL(new Blob([json], {type: 'application/json'}));
-  link.download = 'lookahead-history.json';
+  link.download = name;
   document.body.appendChild(link); link.click(); link.remove();
 }
