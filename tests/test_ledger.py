@@ -15,9 +15,10 @@ from history.authorship import accepted, authorship
 from lookahead.outputs import Alternative, ScoredToken, TokenScores
 from reference import reference_scores
 from ui.controls import Context
-from ui.heatmap import ACCEPTED_CLASS, Listing, heatmap_message, heatmap_view
-from ui.ledger import Choice, accepted_tokens, ledger, ledger_view, token_authors
+from ui.heatmap import ACCEPTED_CLASS, Listing, Shown, heatmap_message, heatmap_view
+from ui.ledger import Choice, accepted_tokens, choices_made, ledger, ledger_view, token_authors
 from ui.logprobs_export import logprobs_json
+from ui.panels.heatmap import rewind
 from ui.panels.ledger import EMPTY, export_for_analysis, show_ledger
 
 BY_MODEL = " the stairs"
@@ -139,3 +140,15 @@ def test_the_panel_shows_the_ledger_and_exports_the_engines_scores(embedded):
     assert "".join(c["token"] for c in content) == h.text
     assert {c["author"] for c in content} == {"writer", "model"}
     assert show_ledger(History.start("", "m"), context, request) == {"ledger": EMPTY}
+
+
+def test_a_rewind_records_the_choice_and_the_text_before_it_keeps_its_authors():
+    h = written()
+    heatmap = Shown(h.text, listed(h), "probability", 0)
+    rewind(heatmap, h, SimpleNamespace(index=3, token_id=99))
+    node = h.nodes[h.current]
+    assert (node.kind, node.parent, node.settings) == (
+        "rewind", 2, {"model": "m", "from": 3, "source": "rewind", "choices": 1, "prob": 0.25})
+    assert [(h.text[s.start : s.end], s.node) for s in authorship(h)] == [
+        ("The keeper climbed", None), (BY_MODEL, 1), (BY_WRITER, None), (" ", 3), ("x", node.id)]
+    assert choices_made(h) == [Choice(1, "branch", 5), Choice(3, "token", 10), Choice(node.id, "rewind", 1)]
