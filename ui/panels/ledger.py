@@ -2,8 +2,8 @@
 model, the bits spent choosing, and how surprising the model found each side's tokens (ui/ledger.py computes them);
 and an export of the text for analysis, each token with its logprobs and its author (ui/logprobs_export.py).
 
-It follows the history: each change the browser's copy of the tree is sent (`history_sync`) refreshes it, from the
-session's token scores, which the engine keeps (the heatmap's, when it is on).
+It follows the history: each change the browser's copy of the tree is sent (`history_sync`) refreshes it, as does
+another model, from the session's token scores, which the engine keeps (the heatmap's, when it is on).
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class LedgerPanel:
 
     def wire(self, wiring: Wiring, context: Controls) -> None:
         inputs = dict(history="history_state", context=context)
-        wiring.slots["history_sync"].change(**wiring.handler(
+        gr.on([wiring.slots["history_sync"].change, context.components["model_name"].change], **wiring.handler(
             show_ledger, inputs, ["ledger"], while_continuing=gr.skip, cancels_fit=False, concurrency_id="ledger",
             trigger_mode="always_last", show_progress="hidden"))
         self.export.click(**wiring.handler(export_for_analysis, inputs, ["analysis_json"])).then(
