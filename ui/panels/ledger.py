@@ -67,5 +67,5 @@ class LedgerPanel:
         gr.on([wiring.slots["history_sync"].change, context.components["model_name"].change], **wiring.handler(
             show_ledger, inputs, ["ledger"], while_continuing=gr.skip, cancels_fit=False, concurrency_id="ledger",
             trigger_mode="always_last", show_progress="hidden"))
-        self.export.click(**wiring.handler(export_for_analysis, inputs, ["analysis_json"])).then(
+        self.export.click(**wiring.handler(export_for_analysis, inputs, ["analysis_json"])).success(
             None, self.json, None, js=download_js(FILE_NAME))
