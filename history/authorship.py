@@ -50,29 +50,27 @@ def lineage(history: History, node_id: int | None = None) -> list[Node]:
     at: int | None = history.current if node_id is None else node_id
     while at is not None:
         chain.append(history.nodes[at])
-        at = _base(history.nodes[at], len(history.nodes))
+        at = _base(history.nodes[at])
     return chain[::-1]
 
 
-def _base(node: Node, count: int) -> int | None:
+def _base(node: Node) -> int | None:
     """The node whose text `node` edited: a rewind's "from" (an earlier node), else its parent."""
     origin = node.settings.get("from") if node.kind == "rewind" else None
-    return origin if isinstance(origin, int) and 0 <= origin < min(node.id, count) else node.parent
+    return origin if isinstance(origin, int) and 0 <= origin < node.id else node.parent
 
 
 def _edited(spans: list[Span], before: str, node: Node) -> list[Span]:
-    """`spans` of `before` after `node`'s edit of it, the added text credited to its author."""
+    """`spans` of `before` after `node`'s edit of it, what it added credited to its author."""
     keep, add, tail = edit_of(before, node.text)
-    cut, shift = len(before) - tail, len(add) - (len(before) - tail - keep)
+    cut = len(before) - tail
+    shift = len(add) - (cut - keep)
+    after = [Span(s.start + shift, s.end + shift, s.node) for s in _clipped(spans, cut, len(before))]
     author = node.id if node.kind in MODEL_KINDS else WRITER
     start, end = keep, keep + len(add)
     if author is WRITER:
-        removed = before[keep:cut]
-        start, end = _word_edges(node.text, start, end, add or removed)
-    head = _clipped(spans, 0, keep)
-    rest = [Span(s.start + shift, s.end + shift, s.node) for s in _clipped(spans, cut, len(before))]
-    return _assigned(_merged([*head, *([Span(keep, keep + len(add), author)] if add else []), *rest]),
-                     start, end, author)
+        start, end = _word_edges(node.text, start, end, add or before[keep:cut])
+    return _assigned([*_clipped(spans, 0, keep), *after], start, end, author)
 
 
 def _word_edges(text: str, start: int, end: int, change: str) -> tuple[int, int]:
@@ -93,11 +91,9 @@ def _clipped(spans: list[Span], start: int, end: int) -> list[Span]:
 
 
 def _assigned(spans: list[Span], start: int, end: int, node: int | None) -> list[Span]:
-    """`spans` with start..end credited to `node`."""
-    if start >= end:
-        return spans
-    text_end = spans[-1].end if spans else end
-    return _merged([*_clipped(spans, 0, start), Span(start, end, node), *_clipped(spans, end, text_end)])
+    """`spans` with start..end credited to `node`, neighbours of one author joined."""
+    last = max(end, spans[-1].end if spans else end)
+    return _merged([*_clipped(spans, 0, start), Span(start, end, node), *_clipped(spans, end, last)])
 
 
 def _merged(spans: list[Span]) -> list[Span]:

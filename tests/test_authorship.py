@@ -1,6 +1,8 @@
 """Who wrote what: the authorship replayed from the history's path, through insertions at a caret, the writer's
 edits of the model's words, undo and redo, a Continue, a rewind, and a round trip through the history's JSON."""
 
+import random
+
 from history import PAUSE_SECONDS, History
 from history.authorship import Span, authorship
 
@@ -85,3 +87,27 @@ def test_clearing_leaves_nothing_to_credit():
     h.add("Once upon", "branch")
     h.add("", "clear")
     assert authorship(h) == []
+
+
+def test_the_spans_cover_the_text_exactly_whatever_the_edits():
+    rng = random.Random(7)
+    words = ["a", " b", "c ", " dd", "\n", "e.", " "]
+    h = History.start("start", "m")
+    for _ in range(300):
+        text, at = h.text, rng.randint(0, len(h.text))
+        step = rng.choice(["type", "branch", "token", "append", "undo", "redo", "rewind", "cut"])
+        if step == "undo":
+            h.undo()
+        elif step == "redo":
+            h.redo()
+        elif step == "cut":
+            h.add(text[:at] + text[rng.randint(at, len(text)):], "type")
+        elif step == "rewind":
+            h.fork(text[:at] + rng.choice(words), "rewind", [1], {"from": h.current})
+        else:
+            h.add(text[:at] + rng.choice(words) + text[at:], step)
+        spans = authorship(h)
+        assert [s.start for s in spans] == [0, *[s.end for s in spans]][: len(spans)]
+        assert all(s.start < s.end for s in spans) and (spans[-1].end if spans else 0) == len(h.text)
+        assert all(s.node is None or h.nodes[s.node].kind not in ("type", "append", "start") for s in spans)
+        assert all(a.node != b.node for a, b in zip(spans, spans[1:])), "neighbours of one author are joined"
