@@ -10,6 +10,7 @@ import custom_llm_inference as inference
 from browser import (  # skips without chromium
     CHROMIUM,
     CHROMIUM_ARGS,
+    SCREENSHOT,
     expect_suggestions_for,
     inserted_at,
     type_text,
@@ -58,6 +59,9 @@ def test_the_ledger_counts_a_branch_and_the_writers_words_and_a_reload_keeps_it(
 
         page.locator("#heatmap-on input").check()
         expect(page.locator(f"#heatmap-text .tk.{ACCEPTED_CLASS}")).to_have_count(book.model_tokens)
+        SCREENSHOT.parent.mkdir(exist_ok=True)
+        page.locator("#ledger-panel").scroll_into_view_if_needed()
+        page.screenshot(path=SCREENSHOT.with_name("ledger.png"))
         with page.expect_download() as download:
             page.locator("#export-analysis").click()
         assert download.value.suggested_filename == FILE_NAME
