@@ -51,13 +51,14 @@ def test_the_ledger_counts_a_branch_and_the_writers_words_and_a_reload_keeps_it(
         book = ledger(stored, scores.tokens)
         assert (book.writer_chars, book.model_chars) == (len(TEXT) + len(TYPED), len(taken) - len(TEXT))
         assert len(book.choices) == 1 and book.choices[0].choices == len(shown["branches"])
+        expect(page.locator("#ledger")).to_contain_text("Show the heatmap")  # no scoring for the ledger alone
+        page.locator("#heatmap-on input").check()
         expect_ledger(page, book)
 
         page.reload()
         expect_suggestions_for(page, written)
         expect_ledger(page, book)
 
-        page.locator("#heatmap-on input").check()
         expect(page.locator(f"#heatmap-text .tk.{ACCEPTED_CLASS}")).to_have_count(book.model_tokens)
         SCREENSHOT.parent.mkdir(exist_ok=True)
         page.locator("#ledger-panel").scroll_into_view_if_needed()

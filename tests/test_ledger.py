@@ -131,7 +131,8 @@ def test_the_panel_shows_the_ledger_and_exports_the_engines_scores(embedded):
     h = written()
     context = Context("plain text", None, None, inference.default_model_name())
     request = SimpleNamespace(session_hash="ledger-panel-test")
-    shown = show_ledger(h, context, request)["ledger"]
+    assert "Show the heatmap" in show_ledger(h, context, False, request)["ledger"]  # no scoring for the ledger alone
+    shown = show_ledger(h, context, True, request)["ledger"]
     expected = ledger(h, inference.token_probabilities.typed(h.text, 5, session="ledger-expected",
                                                              partial=False).tokens)
     assert f'<b id="ledger-model-chars">{expected.model_chars}</b>' in shown
@@ -139,7 +140,7 @@ def test_the_panel_shows_the_ledger_and_exports_the_engines_scores(embedded):
     content = json.loads(export_for_analysis(h, context, request)["analysis_json"])["logprobs"]["content"]
     assert "".join(c["token"] for c in content) == h.text
     assert {c["author"] for c in content} == {"writer", "model"}
-    assert show_ledger(History.start("", "m"), context, request) == {"ledger": EMPTY}
+    assert show_ledger(History.start("", "m"), context, True, request) == {"ledger": EMPTY}
 
 
 def test_a_rewind_records_the_choice_and_the_text_before_it_keeps_its_authors():

@@ -126,7 +126,11 @@ def ledger_view(book: Ledger) -> str:
         f"<div>Choosing what you accepted took {number('ledger-selection-bits', f'{book.selection_bits:.2f}')} "
         f"bits over {len(book.choices)} choice{'' if len(book.choices) == 1 else 's'} "
         f"({html.escape(per_choice)}).</div>"
-        f"<div>The model's surprise, in mean bits per token: your words "
-        f"{number('ledger-writer-bits', bits(book.writer_bits))} over {book.writer_tokens:,} tokens; the accepted "
-        f"ones {number('ledger-model-bits', bits(book.model_bits))} over {book.model_tokens:,}.</div></div>"
+        + (f"<div>The model's surprise, in mean bits per token: your words "
+           f"{number('ledger-writer-bits', bits(book.writer_bits))} over {book.writer_tokens:,} tokens; the accepted "
+           f"ones {number('ledger-model-bits', bits(book.model_bits))} over {book.model_tokens:,}.</div>"
+           if book.writer_tokens + book.model_tokens else
+           "<div>Show the heatmap (“Your text through the model's eyes”) to see how surprising the model found "
+           "your words and the accepted ones.</div>")
+        + "</div>"
     )

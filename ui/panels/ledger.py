@@ -33,11 +33,13 @@ def text_scores(text: str, context: Context, session: str, whole: bool = False) 
                                                partial=not whole)
 
 
-def show_ledger(history: History, context: Context, request: gr.Request) -> Update:
-    """The ledger of the history's current text."""
+def show_ledger(history: History, context: Context, heatmap_on: bool, request: gr.Request) -> Update:
+    """The ledger of the history's current text; the model's surprise at each side's tokens only while the heatmap
+    is shown, whose scores the engine keeps: otherwise scoring every token would make every click score the tokens
+    it adds, and a long text's read would run for the ledger alone."""
     if not history.text:
         return {"ledger": EMPTY}
-    scores = text_scores(history.text, context, session_key(request))
+    scores = text_scores(history.text, context, session_key(request)) if heatmap_on else None
     return {"ledger": ledger_view(ledger(history, scores.tokens if scores else []))}
 
 
@@ -64,8 +66,10 @@ class LedgerPanel:
 
     def wire(self, wiring: Wiring, context: Controls) -> None:
         inputs = dict(history="history_state", context=context)
-        gr.on([wiring.slots["history_sync"].change, context.components["model_name"].change], **wiring.handler(
-            show_ledger, inputs, ["ledger"], while_continuing=gr.skip, cancels_fit=False, concurrency_id="ledger",
-            trigger_mode="always_last", show_progress="hidden"))
+        refreshed_by = [wiring.slots["history_sync"].change, context.components["model_name"].change,
+                        wiring.slots["heatmap_on"].change]
+        gr.on(refreshed_by, **wiring.handler(
+            show_ledger, {**inputs, "heatmap_on": "heatmap_on"}, ["ledger"], while_continuing=gr.skip,
+            cancels_fit=False, concurrency_id="ledger", trigger_mode="always_last", show_progress="hidden"))
         self.export.click(**wiring.handler(export_for_analysis, inputs, ["analysis_json"])).success(
             None, self.json, None, js=download_js(FILE_NAME))
