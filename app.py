@@ -45,6 +45,7 @@ from ui.panels.continuation import ContinuationPanel
 from ui.panels.futures import FuturesPanel
 from ui.panels.heatmap import HeatmapPanel
 from ui.panels.history import HistoryPanel, KeptSettings
+from ui.panels.ledger import LedgerPanel
 from ui.panels.sampling import SamplingPanel
 from ui.panels.suggestions import PREPARATION, SuggestionsPanel
 from ui.panels.why import WhyPanel
@@ -71,6 +72,7 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
     second = SuggestionsPanel(suffix="-2", beside=True, visible=bool(compare_with))
     continuation, heatmap, why, sampling, constrain, futures = (ContinuationPanel(), HeatmapPanel(), WhyPanel(),
                                                                 SamplingPanel(), ConstrainPanel(), FuturesPanel())
+    ledger = LedgerPanel()
     with gr.Blocks(title="Interactive Lookahead") as demo:
         compare = ComparePanel(compare_with)
         gr.Markdown(INTRODUCTION)
@@ -92,7 +94,8 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
                     writer.build_append()
                     continuation.build()
                     history.build_tree()
-                    heatmap.build(compare.other)
+                    heatmap.build(compare.other, history.state)
+                    ledger.build()
             with gr.Column(scale=2, elem_id="side-column"):
                 with gr.Column(elem_id="plot-column"):
                     suggestions.build_plot()
@@ -106,7 +109,7 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
                 constrain.build()
         panels = dict(chat=chat, writer=writer, suggestions=suggestions, history=history, continuation=continuation,
                       heatmap=heatmap, why=why, sampling=sampling, constrain=constrain, compare=compare,
-                      second=second, futures=futures)
+                      second=second, futures=futures, ledger=ledger)
         wiring = Wiring({name: slot for panel in panels.values() if hasattr(panel, "slots")
                          for name, slot in panel.slots().items() if panel is not second})
         context = Controls(Context, chat_mode=chat.mode, system_prompt=chat.system_prompt,
@@ -138,6 +141,7 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
         chat.wire(wiring, refresh)
         continuation.wire(wiring, writer.draft, context, constraints, refresh)
         heatmap.wire(wiring, context, refresh)
+        ledger.wire(wiring, context)
         why.wire(wiring, suggestions.plot, heatmap.view, context)
         futures.wire(wiring, writer.draft, Controls(Settings, shape=sampling.shape, sampling=sampling.sampling,
                                                     context=context, constraints=constraints, view=None),

@@ -24,6 +24,7 @@ import json
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 FORMAT = "interactive-lookahead-history"
 VERSION = 3
@@ -108,14 +109,14 @@ class History:
         here.last_child = self.current = node.id
         self._touch(here.id, node.id)
 
-    def fork(self, text: str, kind: str, token_ids: list[int] = ()) -> None:
+    def fork(self, text: str, kind: str, token_ids: list[int] = (), settings: dict | None = None) -> None:
         """Record `text` as reached from the deepest node on the current path whose text it extends (else the root).
 
         Rewinding to an earlier token so branches off where that token was chosen: the path it
         leaves stays in the tree, a sibling of the new one.
         """
         self.current = next((i for i in reversed(self.path()) if text.startswith(self.nodes[i].text)), 0)
-        self.add(text, kind, token_ids)
+        self.add(text, kind, token_ids, settings)
 
     def undo(self) -> bool:
         parent = self.nodes[self.current].parent
@@ -176,14 +177,10 @@ class History:
                 "nodes": [self._as_edit(n) for n in self.nodes]}
 
     def _as_edit(self, node: Node) -> dict:
-        """The node as stored: its text as (characters kept from the start of the parent's text, text added,
-        characters kept from its end)."""
-        parent = "" if node.parent is None else self.nodes[node.parent].text
-        keep = common_prefix(parent, node.text)
-        tail = common_prefix(parent[keep:][::-1], node.text[keep:][::-1])
+        """The node as stored: its text as an edit of its parent's (`Edit`)."""
+        keep, add, tail = edit_of("" if node.parent is None else self.nodes[node.parent].text, node.text)
         fields = {k: v for k, v in asdict(node).items() if k != "text"}
-        edit = {"keep": keep, "add": node.text[keep : len(node.text) - tail], **({"tail": tail} if tail else {})}
-        return {**fields, **edit}
+        return {**fields, "keep": keep, "add": add, **({"tail": tail} if tail else {})}
 
     @classmethod
     def from_json(cls, data: str) -> History:
@@ -216,6 +213,22 @@ class History:
         if not isinstance(model, str):
             raise ValueError("the history does not say which model made it")
         return cls(nodes, current, model)
+
+
+class Edit(NamedTuple):
+    """How one text becomes another: the first `keep` characters stay, `add` follows them, then the last `tail`
+    characters of the first text (what lay between is replaced)."""
+
+    keep: int
+    add: str
+    tail: int
+
+
+def edit_of(before: str, after: str) -> Edit:
+    """The edit from `before` to `after` that keeps the most of both ends: a click or a keystroke's own."""
+    keep = common_prefix(before, after)
+    tail = common_prefix(before[keep:][::-1], after[keep:][::-1])
+    return Edit(keep, after[keep : len(after) - tail], tail)
 
 
 def common_prefix(a: str, b: str) -> int:

@@ -124,8 +124,21 @@ def test_a_branch_is_appended_to_the_text_its_suggestions_were_made_for():
     assert caret is None, "at the end, the caret stays at the end"
     assert text == "The cat ran" and h.nodes[-1].token_ids == [3] and h.nodes[-1].settings["branch_mode"] == "greedy"
     assert h.nodes[-1].settings["model"] == "m", "each node records the model"
+    provenance = {k: h.nodes[-1].settings[k] for k in ("source", "choices", "prob", "backend")}
+    assert provenance == {"source": "branch", "choices": 2, "prob": 0.2, "backend": "cpu"}
     with pytest.raises(gr.Error):
         take_branch(5, shown("The cat"), h)
+
+
+def test_a_node_records_the_constraint_in_force_where_the_suggestions_were_made():
+    from ui.controls import BranchShape, Constraints, Context, Settings
+
+    regex = {"type": "regex", "pattern": "[0-9]+", "start": 99}
+    asked = Settings(BranchShape(2, 3), Sampling(), Context("plain text", None, None, "m"), Constraints(regex, None),
+                     None)
+    h = History.start("The cat", "m")
+    take_branch(0, shown("The cat")._replace(settings=asked), h)
+    assert h.nodes[-1].settings["constraint"] == {**regex, "start": len("The cat")}, "from the text's end"
 
 
 def token_click(text: str, suggestions: OnScreen, history: History, token_id: int) -> dict:
@@ -137,6 +150,8 @@ def test_forcing_appends_the_clicked_token_and_refuses_broken_characters():
     h = History.start("The cat", "m")
     text, h = at(token_click("The cat", shown("The cat"), h, 7), "text_box", "history_state")
     assert text == "The cat dog" and h.nodes[-1].kind == "token" and h.nodes[-1].token_ids == [7]
+    assert (h.nodes[-1].settings["source"], h.nodes[-1].settings["choices"], h.nodes[-1].settings["prob"]) == (
+        "token", 2, 0.1), "the plot's rows were the choices, the token's p_final what the page showed"
     healed = shown("The cat ", healed_whitespace=" ")
     assert token_click("The cat ", healed, History.start("The cat ", "m"), 7)["text_box"] == "The cat dog"
     for token_id in (8, 99):

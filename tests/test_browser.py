@@ -20,7 +20,7 @@ from history import History
 from history.formats import FORMAT_LABELS, OWN, import_tree
 from lookahead import reading
 from lookahead.scheduler import scheduler
-from ui.heatmap import HEATMAP_TOKENS, bucket, shown_text
+from ui.heatmap import ACCEPTED_CLASS, HEATMAP_TOKENS, bucket, shown_text
 from ui.render import branch_label, percent, visible
 
 
@@ -436,8 +436,12 @@ def test_a_click_updates_the_heatmap_by_its_new_tokens_alone(page):
     spans = page.evaluate("[...document.querySelectorAll('#heatmap .tk')].map(t => "
                           "[Number(t.dataset.i), t.className, t.textContent, t.dataset.probe ?? null])")
     drawn = [i for i in range(first, len(tokens)) if tokens[i].end > tokens[i].start]
+
+    def accepted(token) -> str:  # the branch's tokens, written mostly by the model, are underlined
+        return f" {ACCEPTED_CLASS}" if 2 * (token.end - max(token.start, len(text))) > token.end - token.start else ""
+
     assert [(i, c, t) for i, c, t, _ in spans] == [
-        (i, f"tk b{bucket(tokens[i], 'probability') if tokens[i].prob is not None else 'u'}",
+        (i, f"tk b{bucket(tokens[i], 'probability') if tokens[i].prob is not None else 'u'}{accepted(tokens[i])}",
          shown_text(taken[tokens[i].start : tokens[i].end]))
         for i in drawn]
     kept = [probe for *_, probe in spans if probe is not None]

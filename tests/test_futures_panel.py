@@ -110,6 +110,8 @@ def test_insert_puts_the_blocks_path_at_the_caret_as_a_branch_goes_in():
     assert update["text_box"] == "The ship sailed to the sea Lisbon", "one space between, never two"
     assert update["caret_sync"] == str(len("The ship sailed to the sea "))
     assert history.nodes[-1].kind == "branch" and history.nodes[-1].token_ids == path_ids(NODES, 2) == [101, 102]
+    recorded = history.nodes[-1].settings
+    assert [recorded[k] for k in ("source", "choices", "prob", "backend")] == ["futures", 2, 0.3, "cpu"]
     with pytest.raises(gr.Error, match="changed"):
         insert_future(Draft("Another text", "", "~0"), drawn(), History.start("Another text", "a"), click(state, 1))
     with pytest.raises(gr.Error, match="your text itself"):

@@ -105,13 +105,14 @@ class Constraints:
 
 @dataclass(frozen=True)
 class HeatmapView:
-    """The heatmap's controls, and what the page's heatmap shows now (ui/heatmap.py)."""
+    """The heatmap's controls, what the page's heatmap shows now (ui/heatmap.py), and the text's history."""
 
     on: bool
     colour_by: str
     threshold: float
     shown: Shown | None
     compare_with: str | None = None  # the second model, for the colourings that compare two (ui/heatmap.py)
+    history: History | None = None  # the session's tree: which of the text's tokens were accepted from the model
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,8 @@ COMPARING = (PARTING, PREFERENCE)  # these need a second model (the "Compare wit
 MODES = ("probability", "rank", *COMPARING)
 
 TOKEN_STYLE = "border-radius:3px;cursor:pointer;padding:1px 0;color:#111"  # every token's, in the <style> block
+ACCEPTED_CLASS = "am"  # a token the writer accepted from the model
+ACCEPTED_STYLE = "text-decoration:underline 2px var(--color-accent);text-underline-offset:4px"
 TEXT_STYLE = "white-space:pre-wrap;font:14px/1.9 ui-monospace,monospace;max-height:360px;overflow:auto"
 DETAILS_STYLE = ("min-height:3.4em;font:13px ui-monospace,monospace;padding:6px 8px;margin-bottom:6px;"
                  "border:1px solid var(--border-color-primary);border-radius:6px")
@@ -105,6 +107,7 @@ class Listing:
     per: str | None = None
     compared: list[SecondView | None] | None = None
     places: list[Parting] | None = None
+    accepted: frozenset[int] = frozenset()  # the tokens the writer accepted from the model (underlined)
 
     @classmethod
     def of(cls, scores: TokenScores) -> Listing:
@@ -160,7 +163,8 @@ def heatmap_message(text: str, result: Listing, mode: str, threshold: float, bef
     if before is None or before.mode != mode:
         return _message({"id": shown.id, "frame": heatmap_view(text, result, mode, threshold)}), shown
     old = before.result
-    keep = next((i for i, (a, b) in enumerate(zip(old.tokens, tokens)) if a != b or old.second(i) != result.second(i)),
+    keep = next((i for i, (a, b) in enumerate(zip(old.tokens, tokens))
+                 if a != b or old.second(i) != result.second(i) or (i in old.accepted) != (i in result.accepted)),
                 min(len(old.tokens), len(tokens)))
     return _message({
         "id": shown.id, "base": before.id, "keep": keep, "first": first, "earlier": earlier_view(first),
@@ -202,9 +206,11 @@ def heatmap_view(text: str, result: Listing, mode: str, threshold: float) -> str
     return (
         f"<style>#heatmap .tk {{ {TOKEN_STYLE} }} #heatmap .bu {{ background: {UNSCORED_COLOR} }}"
         f" #heatmap .bo {{ background: {OUTSIDE_COLOR} }} {colours}"
-        f" #heatmap .alt {{ {ALT_STYLE} }} #heatmap .tk[data-selected] {{ outline: 2px solid var(--color-accent) }}"
+        f" #heatmap .alt {{ {ALT_STYLE} }} #heatmap .tk.{ACCEPTED_CLASS} {{ {ACCEPTED_STYLE} }}"
+        f" #heatmap .tk[data-selected] {{ outline: 2px solid var(--color-accent) }}"
         f" #heatmap .tk:focus {{ outline: 2px solid var(--color-accent) }}</style>"
-        f'<div style="font-size:12px;margin-bottom:6px">Colour by {html.escape(by)}: {legend}</div>'
+        f'<div style="font-size:12px;margin-bottom:6px">Colour by {html.escape(by)}: {legend}; '
+        f'<span style="{ACCEPTED_STYLE}">underlined</span>: accepted from the model</div>'
         f'<div id="token-details" style="{DETAILS_STYLE}">Hover over a token (or focus it) to see what the model '
         "expected there; click an alternative to rewind to it, or “why the first?” to see what led the model to "
         "it.</div>"
@@ -237,8 +243,9 @@ def token_span(text: str, result: Listing, i: int, mode: str) -> str:
         details = [visible(token.token), percent(token.prob), token.rank, label or "", f"{token.entropy:.2f}"]
     other = ("" if mode not in COMPARING or not compared else
              f" data-b='{attribute_json(second_view(compared, models))}'")
+    accepted = f" {ACCEPTED_CLASS}" if i in result.accepted else ""
     return (
-        f'<span class="tk b{shade}" tabindex="0" data-i="{i}" '
+        f'<span class="tk b{shade}{accepted}" tabindex="0" data-i="{i}" '
         f"data-s='{attribute_json(details)}' data-a='{attribute_json(alternatives(token))}'{other}>"
         f"{html.escape(shown_text(piece))}</span>"
     )

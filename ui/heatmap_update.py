@@ -13,6 +13,7 @@ from lookahead.outputs import ScoredToken
 from ui.controls import Context, HeatmapView
 from ui.errors import refuse
 from ui.heatmap import COMPARING, MODES, Listing, Shown, heatmap_message, with_comparison
+from ui.ledger import accepted_tokens
 from ui.wiring import Update, session_key
 
 HEATMAP_ALTERNATIVES = 5  # per token, in the heatmap's details
@@ -22,7 +23,8 @@ def show_heatmap(
 ) -> Update:
     """The heatmap's update from what the page shows (`view.shown`) to `text`: the tokens that changed (ui/heatmap.py).
 
-    The scores are the shown ones when only the colouring changed; `rescore`: the context may have changed too.
+    The scores are the shown ones when only the colouring changed; `rescore`: the context may have changed too. The
+    tokens accepted from the model are underlined, from the history's authorship.
     """
     if not view.on or not text:
         return {"heatmap": "", "heatmap_state": None}
@@ -35,6 +37,8 @@ def show_heatmap(
         result = scores(text, view, context, session_key(request))
     else:
         result = shown.result
+    if view.history is not None:
+        result = replace(result, accepted=accepted_tokens(view.history, text, result.tokens))
     mode = MODES[0] if comparing and result.models is None else view.colour_by  # compared once read
     message, shown = heatmap_message(text, result, mode, view.threshold, shown)
     return {"heatmap": message, "heatmap_state": shown}

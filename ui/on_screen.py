@@ -30,13 +30,16 @@ class OnScreen(NamedTuple):
 
 
 def node_settings(shown: OnScreen | None) -> dict:
-    """The settings the suggestions on screen were made with, to record in the history (and where, at a caret)."""
+    """The settings the suggestions on screen were made with, to record in the history: the model, where it ran
+    (the answer's device), the sampling, the constraint in force, and where, at a caret."""
     if not shown:
         return {}
     result = shown.result
+    constraint = shown.settings.constraints.for_text(shown.place.before) if shown.settings else None
     return {**result.sampling.as_dict(), "branch_mode": result.branch_mode, "seed": result.seed,
-            "model": result.model, "n_branches": len(result.branches),
+            "model": result.model, "backend": result.device, "n_branches": len(result.branches),
             "depth": len(result.branches[0].token_ids) - len(forced_ids(result)),
+            **({"constraint": constraint} if constraint is not None else {}),
             **({"caret": shown.caret} if shown.caret is not None else {})}
 
 

@@ -45,6 +45,7 @@ READ_STORED_JS = f"({HISTORY_SYNC_JS}).read"
 SAVE_HISTORY_JS = f"({HISTORY_SYNC_JS}).save"
 
 
+
 def keep_settings_js(names: list[str]) -> str:
     """An event's js= that stores the values of the settings `names` (its inputs, in order) in this browser."""
     return f"(...values) => ({HISTORY_SYNC_JS}).keep({json.dumps(names)}, values)"

@@ -73,6 +73,9 @@ class Update(TypedDict, total=False):
     heatmap_state: Shown | None
     heatmap_on: bool
     heatmap_mode: str
+    # who wrote what (ui/panels/ledger.py)
+    ledger: str
+    analysis_json: str
     # why (ui/panels/why.py)
     why: str
     why_state: dict | None

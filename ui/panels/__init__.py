@@ -9,6 +9,7 @@ imports another: what several share lives in ui/.
   constrain.py     a choice, regex, JSON schema or grammar from the caret
   why.py           what drives the model towards a token
   heatmap.py       the text coloured by the model's probabilities
+  ledger.py        who wrote what: the writer's share and the model's, the bits spent choosing; the export for analysis
   futures.py       the map of futures at the caret, as blocks: zoom in, insert one
   history.py       the tree of every text, undo and redo, export and import, this browser's copy
   chat.py          a conversation's turns

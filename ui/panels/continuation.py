@@ -12,6 +12,7 @@ import gradio as gr
 
 import custom_llm_inference as inference
 from history import History
+from history.authorship import accepted
 from ui.chat import awaiting_user
 from ui.controls import Constraints, Context, Controls, Draft
 from ui.errors import refuse
@@ -100,8 +101,11 @@ def continue_text(
                "continuation_status": "Stopped before it wrote anything."}
         return
     new_text, at = inserted(where, result.text)
+    constraint = constraints.for_text(where.before)
     history.add(new_text, "continue", result.token_ids,
-                {"method": result.method, **({"caret": where.caret} if where.caret is not None else {})})
+                {"method": result.method, "model": result.model,
+                 **({"constraint": constraint} if constraint is not None else {}),
+                 **({"caret": where.caret} if where.caret is not None else {}), **accepted("continue", 1)})
     pieces = [(piece, SOURCE_LABELS[source])
               for piece, source in zip(result.token_texts, result.draft_source_per_token)]
     n, passes = len(result.token_ids), result.forward_passes

@@ -17,6 +17,7 @@ import gradio as gr
 
 import custom_llm_inference as inference
 from history import History
+from history.authorship import accepted
 from lookahead.outputs import FutureNode, Multiverse
 from lookahead.sampling import Sampling
 from ui.chat import awaiting_user
@@ -132,9 +133,13 @@ def insert_future(draft: Draft, drawn: Drawn | None, history: History, event: gr
         raise refuse("That block ends inside a character written over several tokens: take one after it.")
     text, caret = inserted(place, node.text)
     result = drawn.result
+    constraint = drawn.asked.constraints.for_text(place.before)
     history.add(text, "branch", path_ids(result.nodes, node.id),
-                {**result.sampling.as_dict(), "model": result.model, "map_depth": result.depth,
-                 "cutoff": result.cutoff, **({"caret": place.caret} if place.caret is not None else {})})
+                {**result.sampling.as_dict(), "model": result.model, "backend": result.device,
+                 "map_depth": result.depth, "cutoff": result.cutoff,
+                 **({"constraint": constraint} if constraint is not None else {}),
+                 **({"caret": place.caret} if place.caret is not None else {}),
+                 **accepted("futures", len(result.nodes) - 1, node.mass)})
     return edited(history, caret)
 
 

@@ -12,6 +12,7 @@ from typing import Protocol
 import gradio as gr
 
 from history import History
+from history.authorship import accepted
 from lookahead.outputs import Suggestions
 from ui.controls import Context, Controls, HeatmapView
 from ui.errors import refuse
@@ -101,13 +102,16 @@ def rewind(heatmap_shown: Shown | None, history: History, event: gr.EventData) -
         raise refuse("That alternative is no longer shown.")
     if "\ufffd" in alternative.token:
         raise refuse("That alternative is part of a character split over several tokens.")
-    history.fork(text[: tokens[index].start] + alternative.token, "rewind", [alternative.token_id])
+    history.fork(text[: tokens[index].start] + alternative.token, "rewind", [alternative.token_id],
+                 {"model": heatmap_shown.result.model, "from": history.current,
+                  **accepted("rewind", len(tokens[index].alternatives), alternative.prob)})
     return edited(history)
 
 
 class HeatmapPanel:
-    def build(self, compare_with: gr.Dropdown) -> None:
-        """The view and its controls; `compare_with`: the page's choice of a second model (its colourings)."""
+    def build(self, compare_with: gr.Dropdown, history: gr.State) -> None:
+        """The view and its controls; `compare_with`: the page's choice of a second model (its colourings);
+        `history`: the session's tree (which tokens were accepted from the model)."""
         with gr.Accordion("Your text through the model's eyes", open=True, elem_id="heatmap-panel"):
             with gr.Row(equal_height=True):
                 self.on = gr.Checkbox(False, label="Colour my text by the model's probabilities", elem_id="heatmap-on")
@@ -120,7 +124,7 @@ class HeatmapPanel:
         self.timer = gr.Timer(READ_POLL_SECONDS, active=False)  # on while it shows part of a long text (read_timer)
         self.compare_with = compare_with
         self.controls = Controls(HeatmapView, on=self.on, colour_by=self.mode, threshold=self.threshold,
-                                 shown=self.state, compare_with=compare_with)
+                                 shown=self.state, compare_with=compare_with, history=history)
 
     def slots(self) -> dict:
         return {"heatmap": self.view, "heatmap_state": self.state, "heatmap_on": self.on, "heatmap_mode": self.mode}

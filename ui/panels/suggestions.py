@@ -18,6 +18,7 @@ import gradio as gr
 
 import custom_llm_inference as inference
 from history import History
+from history.authorship import accepted
 from lookahead.outputs import Branch, LeadTokens, Suggestions
 from ui.chat import awaiting_user
 from ui.controls import MAX_BUTTONS, Controls, Draft, Settings
@@ -253,7 +254,9 @@ def take_branch(
     piece = first_word(branch.text) if word else branch.text
     whole = piece == branch.text
     new_text, caret = inserted(shown.place, piece)
-    history.add(new_text, "branch" if whole else "word", branch.token_ids if whole else [], node_settings(shown))
+    kind = "branch" if whole else "word"
+    history.add(new_text, kind, branch.token_ids if whole else [],
+                {**node_settings(shown), **accepted(kind, len(result.branches), branch.p_final)})
     if whole and branch.ends:
         gr.Info("The model would end here (the branch reached its end-of-sequence token).")
     elif whole and branch.stop:
@@ -304,7 +307,8 @@ def force_token(
     if not entry.valid:
         raise refuse("The constraint does not allow that token (✗); turn the constraint off to write it.")
     new_text, caret = inserted(shown.place, entry.token, before_choice(shown.place.before, result))
-    history.add(new_text, "token", [*forced_ids(result), entry.token_id], node_settings(shown))
+    history.add(new_text, "token", [*forced_ids(result), entry.token_id],
+                {**node_settings(shown), **accepted("token", len(result.distribution), entry.p_final)})
     return edited(history, caret)
 
 

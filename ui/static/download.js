@@ -1,4 +1,4 @@
-// An event's js= (the history panel's export): {"name", "text"} as JSON, the text saved as a file of that name.
+// An event's js= (an export: the history's, the ledger's): {"name", "text"} as JSON, the text saved as a file of that name.
 (file) => {
   const {name, text} = JSON.parse(file);
   const link = document.createElement('a');
