@@ -255,8 +255,9 @@ def take_branch(
     whole = piece == branch.text
     new_text, caret = inserted(shown.place, piece)
     kind = "branch" if whole else "word"
+    taken_from = {} if whole else {"branch_token_ids": branch.token_ids}  # a word may end inside a token
     history.add(new_text, kind, branch.token_ids if whole else [],
-                {**node_settings(shown), **accepted(kind, len(result.branches), branch.p_final)})
+                {**node_settings(shown), **accepted(kind, len(result.branches), branch.p_final), **taken_from})
     if whole and branch.ends:
         gr.Info("The model would end here (the branch reached its end-of-sequence token).")
     elif whole and branch.stop:
