@@ -134,9 +134,13 @@ class InProcess(Stores):
             return last(self._serve(request))
 
     def multiverse(self, request: MultiverseRequest) -> Multiverse:
+        # After what is being precomputed for the session, and beside its ready answers: the page asks a map after
+        # every answer, and as a real request (`_serve`) it would stop the precomputation and drop what a click on a
+        # branch is about to claim.
         wait_for_read(self, request)
+        self.speculator.wait(key=request.key)
         with scheduler.interactive():
-            return last(self._serve(request))
+            return last(self._on_gpu(request))
 
     def warm_up(self) -> Iterator[str]:
         """Load the default model, and time what a first answer to a long text may read, while the machine is
