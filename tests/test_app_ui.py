@@ -206,8 +206,12 @@ def test_suggestions_are_inserted_at_the_caret_and_undo_restores_the_text_exactl
     # a word only, a plot token, and text typed beside Append go in at the caret too
     text, new_caret, h = take_branch(0, shown(DRAFT, caret), History.start(DRAFT, "m"), word=True)
     assert (text, new_caret) == ("The cat 🐈 sat slept. Then it woke.", caret + 4)
+    assert h.nodes[-1].kind == "branch", "a one-word branch taken as a word is the whole branch, its tokens known"
+    two_words = OnScreen(DRAFT, answer(branches=[branch(" sat up", [1, 2, 5], 0.5)]), caret)
+    text, new_caret, h = take_branch(0, two_words, History.start(DRAFT, "m"), word=True)
     word = h.nodes[-1]
-    assert word.kind == "word" and word.settings["branch_token_ids"] == shown(DRAFT, caret).result.branches[0].token_ids
+    assert (text, new_caret) == ("The cat 🐈 sat slept. Then it woke.", caret + 4)
+    assert word.kind == "word" and word.token_ids == [] and word.settings["branch_token_ids"] == [1, 2, 5]
     update = token_click(DRAFT, shown(DRAFT, caret), History.start(DRAFT, "m"), 7)
     assert at(update, "text_box", "caret_sync") == ("The cat 🐈 dog slept. Then it woke.", str(caret + 4))
     healed = shown(DRAFT, caret + 1, healed_whitespace=" ")  # before "slept": a space keeps the words apart
