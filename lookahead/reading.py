@@ -81,6 +81,7 @@ class Reader:
         self._lock = threading.Lock()
         self._queued = threading.Condition(self._lock)
         self._worker: threading.Thread | None = None
+        self._closed = False  # the process is exiting: the thread ends
 
     def window(self, name: str, model: PreTrainedModel) -> int:
         """How many of a text's last tokens this machine reads within FIRST_ANSWER_SECONDS (measured once: the app
@@ -101,7 +102,7 @@ class Reader:
         """The read that leads to `ids`, queued if need be; None when the session's cache leaves at most
         READ_IN_CALL_WINDOWS windows to read (the call then reads them itself). A read the session no longer
         needs (its text was edited before the end of what it reads) is cancelled first, keeping what it read."""
-        if FIRST_ANSWER_SECONDS <= 0:
+        if FIRST_ANSWER_SECONDS <= 0 or self._closed:
             return None
         with self._lock:
             read = self._reads.get(key)
@@ -140,6 +141,17 @@ class Reader:
         for read in reads:
             self._stop(read)
 
+    def close(self) -> None:
+        """Cancel every read and end the reading thread (at exit: a daemon thread still running as the interpreter
+        shuts down is killed wherever it is, and inside torch that aborts the process)."""
+        self.stop()
+        with self._lock:
+            self._closed = True
+            self._queued.notify_all()
+            worker = self._worker
+        if worker is not None:
+            worker.join()
+
     def _stop(self, read: Read) -> None:
         scheduler.stop(read.job)
         with self._lock:
@@ -151,11 +163,13 @@ class Reader:
         read.finished.wait()
 
     def _work(self) -> None:
-        """The reading thread, for as long as the process lives: one chunk of the first read in the queue, which
+        """The reading thread, until the process exits: one chunk of the first read in the queue, which
         then goes to its back. Reads take turns chunk by chunk, so a short text is never read after a long one."""
         while True:
             with self._lock:
-                self._queued.wait_for(lambda: self._queue)
+                self._queued.wait_for(lambda: self._queue or self._closed)
+                if self._closed:
+                    break
                 read = self._queue.popleft()
             more = self._read_chunk(read)
             with self._lock:

@@ -113,6 +113,7 @@ class Speculator:
         self._current: _Job | None = None  # the job the worker is running
         self._worker: threading.Thread | None = None  # started with the first job
         self.served = 0  # clicks answered from a ready answer
+        self._closed = False  # the process is exiting: the thread ends
 
     def arrived(self, key: Hashable, request: Request) -> tuple | None:
         """A real request arrives: pre-empt the job; return its ready answer if it is one (an equal request's)."""
@@ -144,8 +145,8 @@ class Speculator:
         stops by itself, since the request that made this job arrived after it began).
         """
         with self._lock:
-            if self._running:
-                return  # other visitors are waiting: their requests come first
+            if self._running or self._closed:
+                return  # other visitors are waiting: their requests come first (or the process is exiting)
             self._pending = _Job(requests, compute, self._arrivals)
             if self._worker is None:
                 self._worker = threading.Thread(target=self._work, name="precompute", daemon=True)
@@ -162,10 +163,12 @@ class Speculator:
                 timeout)
 
     def _work(self) -> None:
-        """The worker: run the newest job, one at a time, for as long as the process lives."""
+        """The worker: run the newest job, one at a time, until the process exits."""
         while True:
             with self._lock:
-                self._idle.wait_for(lambda: self._pending is not None)
+                self._idle.wait_for(lambda: self._pending is not None or self._closed)
+                if self._closed:
+                    break
                 job = self._current = self._pending
                 self._pending = None
             try:
@@ -216,6 +219,17 @@ class Speculator:
             self._arrivals += 1
             self._idle.notify_all()
         self.wait()
+
+    def close(self) -> None:
+        """Stop the job under way and end the worker thread (at exit: a daemon thread still running as the interpreter
+        shuts down is killed wherever it is, and inside torch that aborts the process)."""
+        self.stop()
+        with self._lock:
+            self._closed = True
+            self._idle.notify_all()
+            worker = self._worker
+        if worker is not None:
+            worker.join()
 
     def forget(self, session: str) -> None:
         """Drop the session's ready answers and stop its job, waiting or under way (the one under way at its next

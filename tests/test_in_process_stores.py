@@ -81,8 +81,11 @@ def test_forgetting_a_session_drops_everything_kept_for_it(embedded, tiny_model_
 
 
 # A program with two in-process backends that drops one while both read a long text in the background, then ends at
-# once: the interpreter shuts down with both reads under way.
+# once: the interpreter shuts down with both reads under way. Its first exit handler runs last: by then no thread of
+# the engine's may be left (the interpreter would kill it wherever it is).
 EXITING_PROGRAM = """
+import atexit, threading
+atexit.register(lambda: print(sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())))
 import gc
 import custom_llm_inference as inference
 from lookahead.backends import make_backend
@@ -102,5 +105,7 @@ def test_a_program_ends_cleanly_while_each_of_its_backends_reads_in_the_backgrou
     env = {name: value for name, value in os.environ.items() if name != "LOOKAHEAD_FIRST_ANSWER_SECONDS"}  # partial
     ended = subprocess.run([sys.executable, "-c", EXITING_PROGRAM], cwd=root, capture_output=True, text=True,
                            env={**env, "PYTHONPATH": str(root)}, timeout=600)
-    assert ended.stdout.strip() == "1 1", f"each backend's read under way as the program ends: {ended.stderr[-2000:]}"
+    reads, threads_left = ended.stdout.strip().splitlines()
+    assert reads == "1 1", f"each backend's read under way as the program ends: {ended.stderr[-2000:]}"
+    assert threads_left == "[]", "every background thread ended before the interpreter shut down"
     assert ended.returncode == 0 and "terminate called" not in ended.stderr, ended.stderr[-2000:]

@@ -74,10 +74,10 @@ def registered(number: int) -> Stores:
 
 @atexit.register
 def _stop_background_work() -> None:
-    """Background reads and precomputation stop before the interpreter shuts down, their current pass ended: torch
+    """Background reads and precomputation stop, and their threads end, before the interpreter shuts down: torch
     aborts the process ("terminate called without an active exception") if a thread is in a forward then."""
     for worker in list(_background):
-        worker.stop()
+        worker.close()
 
 
 class Listings:
