@@ -9,10 +9,15 @@ request is running, it waits there, and once it is cancelled it stops there (`Ca
 no arithmetic, so a sliced job gives bit for bit what it gives alone.
 
 First is not always: back-to-back clicks (a crowd, or the writer's own while their "why?" runs) would leave a long
-job almost no time. So long work waiting is owed LONG_SHARE of the time interactive work takes meanwhile, and gets
-it as a turn: once the owed time reaches MIN_TURN_SECONDS, the long jobs run beside the interactive work for the time
-owed (at most MAX_TURN_SECONDS at once), sharing the cores with it. No interactive request ever waits for long work:
-one that runs for long (a comparison's first read) holds up no click, and a long job keeps finishing.
+job almost no time. So long work keeps a balance of the machine's time owed to it: while it waits for interactive
+work the balance grows by LONG_SHARE / (1 - LONG_SHARE) of a second a second (LONG_SHARE of the time, waited and run
+together, is long work's); while it runs (alone, or in its turn) the balance shrinks a second a second, down to
+MAX_CREDIT_SECONDS of credit. Once MIN_TURN_SECONDS are owed the long jobs get a turn: they run beside the interactive
+work, sharing the cores with it, until the balance is paid. A long job is thus owed only the time it was starved: one
+that ran alone in the pause before a click (a writer reading) has had its share of that click in advance and waits
+through it, so the click has the cores to itself but for the slice under way; under clicks without pauses it still
+gets its share. No interactive request ever waits for long work: one that runs for long (a comparison's first read)
+holds up no click, and a long job keeps finishing.
 
 A session has at most one long job of each kind, or of each kind on each model where the caller names the model (two
 models compared side by side each read the text and fit the caret): a new one cancels the one before (the visitor
@@ -39,13 +44,20 @@ import torch
 # (the page's second ask at a caret, for the branches' fit, which a slow CPU takes a while over).
 LONG_JOBS = ("attribution", "continuation", "read", "lookahead")
 Step, Result = TypeVar("Step"), TypeVar("Result")
-# A long job waiting for clicks is owed this share of the time they take, run beside them (sharing the cores). Measured
-# on a 2-core Intel Xeon (bench_clicks_first.py --share: a "why?" under another visitor's back-to-back clicks, against
-# each alone): with no share the "why?" took 5.8x its time, the clicks 1.2x theirs; a share of 0.25, 3.5-3.6x and
-# 1.2-1.25x; of 0.33, 3.5x and 1.7x. 0.25 keeps clicks within 1.5x and a long job within 4x.
+# Long work's share of the time, waited and run, while interactive work keeps coming: what it is owed is run beside the
+# clicks (sharing the cores). Measured on a 2-core Intel Xeon (bench_clicks_first.py --share: a "why?" under another
+# visitor's back-to-back clicks, against each alone) when only waiting counted, the gaps between clicks long work's on
+# top: with no share the "why?" took 5.8x its time, the clicks 1.2x theirs; a share of 0.25, 3.5-3.6x and 1.2-1.25x;
+# of 0.33, 3.5x and 1.7x. The aim: clicks within 1.5x their time, a long job within 4x.
 LONG_SHARE = 0.25
 MIN_TURN_SECONDS = 0.05  # a turn shorter than a few slices (each at most tens of ms) would only add switches
-MAX_TURN_SECONDS = 0.5  # the longest one turn; what more is owed comes in later turns
+# The most time long work that ran alone keeps as credit against waiting later. A second pays for a click of up to
+# (1 + MIN_TURN_SECONDS) * (1 - LONG_SHARE) / LONG_SHARE = 3.15 s alone (clicks on 2 cores take 0.15-1.2 s, the
+# slowest through llama.cpp at ~3k tokens) that follows a pause of a second or more: the long job waits through it, and
+# no turn slows it. More would hold long work back for longer without a turn beside interactive work that goes on
+# (3 s per second of credit: a crowd's first clicks, a comparison's first read); less would let a slow click after a
+# pause share the cores again.
+MAX_CREDIT_SECONDS = 1.0
 KEPT_CANCELS = 4096  # (session, kind) pairs whose last cancel is remembered, for jobs asked before it to start
 # When the question a job answers was asked (time.monotonic()), set by the caller where it knows (the page's events).
 ASKED_AT: ContextVar[float | None] = ContextVar("asked_at", default=None)
@@ -65,14 +77,15 @@ class Job:
     model: str | None = None  # where named, which model it runs: a question to another model cancels nothing
     cancelled: bool = False
     slices: int = 0  # module calls it has run: a cancelled job's count stops growing
-    waits: int = 0  # slices it waited before, for interactive work
+    waits: int = 0  # times it found interactive work running at a slice, and no turn, and waited (again on each look)
 
 
 class Scheduler:
     """The running interactive requests, and each session's long jobs."""
 
-    def __init__(self, share: float = LONG_SHARE) -> None:
+    def __init__(self, share: float = LONG_SHARE, clock: Callable[[], float] = time.monotonic) -> None:
         self.share = share  # of the time interactive work takes, owed to long work waiting for it (0: none)
+        self._clock = clock  # what the balance is counted by, in seconds (a test passes one it moves itself)
         self._start_afresh()
         # A process forked from this one (a ZeroGPU worker) starts with none of its work: the requests and jobs
         # counted here run in this process, and would hold that one's long jobs forever.
@@ -83,9 +96,9 @@ class Scheduler:
         self._interactive = 0  # interactive requests running now
         self._jobs: list[Job] = []  # running, oldest first
         self._blocked = 0  # long jobs waiting at a slice for interactive work
-        self._owed = 0.0  # seconds of the machine owed to long work for waiting
-        self._counted_until = time.monotonic()  # when the owed time was last brought up to date
-        self._turn_until = 0.0  # until then long work runs beside interactive work: its turn
+        self._owed = 0.0  # seconds of the machine owed to long work for waiting; below 0, its credit for running
+        self._counted_until = self._clock()  # when the balance was last brought up to date
+        self._turn = False  # long work runs beside interactive work, until the balance is paid
         self._cancelled_at: OrderedDict[tuple[str, str], float] = OrderedDict()  # (session, kind) -> its last cancel
 
     @contextmanager
@@ -103,21 +116,24 @@ class Scheduler:
                 self._changed.notify_all()
 
     def _count_owed(self) -> None:
-        """Add the time owed to long work since the last count: a share of the time it waited for interactive work."""
-        now = time.monotonic()
+        """Bring the balance up to date since the last count (called at every change of what runs, so what ran
+        between two counts is what runs now): a share of the time long work waited for interactive work is added,
+        the time it ran is taken off, down to MAX_CREDIT_SECONDS of credit."""
+        now = self._clock()
+        elapsed, self._counted_until = now - self._counted_until, now
         if self._interactive and self._blocked:
-            self._owed += (now - self._counted_until) * self.share / (1 - self.share)
-        self._counted_until = now
+            self._owed += elapsed * self.share / (1 - self.share)
+        elif self._jobs:
+            self._owed = max(self._owed - elapsed, -MAX_CREDIT_SECONDS)
 
     def _in_turn(self) -> bool:
-        """Whether long work has its turn now: started once MIN_TURN_SECONDS are owed, for the time owed."""
+        """Whether long work has its turn now: from when MIN_TURN_SECONDS are owed until the balance is paid."""
         self._count_owed()
-        now = time.monotonic()
-        if now >= self._turn_until and self._owed >= MIN_TURN_SECONDS:
-            turn = min(self._owed, MAX_TURN_SECONDS)
-            self._owed -= turn
-            self._turn_until = now + turn
-        return now < self._turn_until
+        if self._owed >= MIN_TURN_SECONDS:
+            self._turn = True
+        elif self._owed <= 0:
+            self._turn = False
+        return self._turn
 
     def _until_owed(self) -> float | None:
         """Seconds until a waiting long job is owed a turn at the present rate (None: never, with no share)."""
@@ -131,6 +147,7 @@ class Scheduler:
         job = Job(session, kind, question, model)
         asked = ASKED_AT.get()
         with self._changed:
+            self._count_owed()
             job.cancelled = asked is not None and self._cancelled_at.get((session, kind), -1.0) > asked
             for earlier in self._jobs:
                 same_line = (earlier.session, earlier.kind, earlier.model) == (session, kind, model)
@@ -142,10 +159,11 @@ class Scheduler:
 
     def finish(self, job: Job) -> None:
         with self._changed:
+            self._count_owed()
             if job in self._jobs:
                 self._jobs.remove(job)
-            if not self._jobs:  # nothing is owed to long work that has ended
-                self._owed, self._turn_until = 0.0, 0.0
+            if not self._jobs:  # nothing is owed to long work that has ended, nor credited
+                self._owed, self._turn = 0.0, False
 
     def cancel(self, session: str, kind: str | None = None) -> int:
         """Cancel the session's running long jobs (of `kind`, or all): each stops at its next slice. How many."""
@@ -198,13 +216,11 @@ class Scheduler:
     def _slice(self, job: Job) -> None:
         if self._interactive or job.cancelled:  # the common case, no interactive work, takes no lock
             with self._changed:
-                if self._interactive and not job.cancelled and not self._in_turn():
+                while self._interactive and not job.cancelled and not self._in_turn():  # the balance counted up to now
                     job.waits += 1
-                    self._count_owed()
                     self._blocked += 1
                     try:
-                        while self._interactive and not job.cancelled and not self._in_turn():
-                            self._changed.wait(self._until_owed())
+                        self._changed.wait(self._until_owed())
                     finally:
                         self._count_owed()
                         self._blocked -= 1

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+from contextlib import AbstractContextManager
 
 import pytest
 import torch
 
 import custom_llm_inference as inference
 from api_client import Client
-from lookahead.scheduler import Cancelled, Scheduler, scheduler
+from lookahead.scheduler import MAX_CREDIT_SECONDS, Cancelled, Job, Scheduler, scheduler
 from threads import JOIN_SECONDS, SECONDS, exit_code, run_threads, until
 
 LONG_TEXT = "The lighthouse keeper counted the ships that passed the rocks at night. " * 60  # ~900 tokens
@@ -61,17 +62,9 @@ def test_a_click_of_another_session_finishes_before_a_running_explanation_which_
 
 def test_a_long_job_runs_no_slice_while_interactive_work_runs_and_resumes_after():
     """Clicks first (with no share owed to long work: a share would give it turns while interactive work runs)."""
-    jobs, layer = Scheduler(share=0), torch.nn.Linear(8, 8)
+    jobs = Scheduler(share=0)
     job, stop, log = jobs.start("s", "continuation"), threading.Event(), []
-
-    def work() -> None:
-        with jobs.sliced(job), torch.inference_mode():
-            while not stop.is_set():
-                layer(torch.ones(1, 8))
-                log.append("slice")
-
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
+    thread = slicing(jobs, job, log, stop)
     wait_until(lambda: job.slices > 0)
     with jobs.interactive():
         waited = job.waits
@@ -90,6 +83,100 @@ class Slow(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         time.sleep(0.001)
         return x
+
+
+def slicing(jobs: Scheduler, job: Job, log: list, stop: threading.Event) -> threading.Thread:
+    """`job` running in a thread: slice after slice of simulated work, each logged once run, until `stop`."""
+
+    def work() -> None:
+        slow = Slow()
+        with jobs.sliced(job):
+            while not stop.is_set():
+                slow(torch.ones(1))
+                log.append("slice")
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread
+
+
+class FakeClock:
+    """Seconds that pass only when the test says: what the scheduler counts long work's balance by."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def one_after_another(jobs: Scheduler, job: Job, running: AbstractContextManager) -> AbstractContextManager:
+    """The next interactive request, started before `running` ends (no gap between them); returned once the job, woken
+    by that end, has looked at the clock as it is now: it waited again, or ran slices beside the new request (two: the
+    first may have been let through by a look before)."""
+    following = jobs.interactive()
+    following.__enter__()  # a look under way (it holds the lock) ends before this gets in: later ones see the clock now
+    waits, slices = job.waits, job.slices
+    running.__exit__(None, None, None)
+    wait_until(lambda: job.waits > waits or job.slices > slices + 1)
+    return following
+
+
+@pytest.mark.parametrize("run", range(5))
+def test_a_long_job_that_ran_alone_takes_no_turn_beside_a_click_and_its_next_slice_waits_until_the_click_ends(run):
+    """A click at reading pace: the long job ran alone in the pause before it, which counts as its share of the click
+    (up to MAX_CREDIT_SECONDS of it: a click of up to 3 s alone). So it takes no turn beside the click, even once the
+    click's time is up and the click's second request wakes it to look: the click has the cores to itself."""
+    clock = FakeClock()
+    jobs = Scheduler(clock=clock)
+    job, stop, log = jobs.start("a", "read"), threading.Event(), []
+    thread = slicing(jobs, job, log, stop)
+    wait_until(lambda: job.slices > 0)
+    clock.advance(MAX_CREDIT_SECONDS)  # the pause: the job runs alone
+    click = jobs.interactive()
+    click.__enter__()
+    wait_until(lambda: job.waits > 0)
+    log.append("click starts")  # every slice run before is logged: the job waits at the next
+    clock.advance(MAX_CREDIT_SECONDS * (1 - jobs.share) / jobs.share)  # the longest click that credit is its share of
+    click = one_after_another(jobs, job, click)  # the click's refresh
+    log.append("click ends")
+    click.__exit__(None, None, None)
+    wait_until(lambda: log[-1] == "slice")
+    stop.set()
+    thread.join(JOIN_SECONDS)
+    started = log.index("click starts")
+    assert log[started + 1] == "click ends", "it took a turn beside the click"
+    assert log[started + 2] == "slice", "and runs once the click ends"
+
+
+def test_a_long_job_that_ran_alone_gets_turns_beside_interactive_work_that_goes_on_without_a_gap():
+    """Two visitors' requests one after another with no gap, each a second by the clock, so interactive work never
+    stops: the job that ran alone for long waits beside the first (what it ran is its share of it, up to
+    MAX_CREDIT_SECONDS), then runs beside later ones in turns, and progresses while the interactive work goes on."""
+    clock = FakeClock()
+    jobs = Scheduler(clock=clock)
+    job, stop, log = jobs.start("a", "attribution"), threading.Event(), []
+    thread = slicing(jobs, job, log, stop)
+    wait_until(lambda: job.slices > 0)
+    clock.advance(10 * MAX_CREDIT_SECONDS)  # it ran alone for long: its credit is full, and no more
+    request = jobs.interactive()
+    request.__enter__()
+    wait_until(lambda: job.waits > 0)
+    log.append("interactive work starts")  # every slice run before is logged: the job waits at the next
+    for _ in range(12):
+        clock.advance(1.0)
+        request = one_after_another(jobs, job, request)
+        log.append("a request ends")
+    request.__exit__(None, None, None)
+    stop.set()
+    thread.join(JOIN_SECONDS)
+    started = log.index("interactive work starts")
+    beside = " ".join(log[started + 1:]).split("a request ends")[:-1]  # the slices run beside each request
+    assert "slice" not in beside[0], "it took a turn beside the first request, which its credit paid for"
+    assert sum("slice" in slices for slices in beside) >= 2, "it progressed in turns while interactive work went on"
 
 
 def test_under_back_to_back_clicks_from_two_visitors_a_long_job_keeps_progressing_and_finishes():
