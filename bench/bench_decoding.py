@@ -8,7 +8,9 @@ Methods, timed in the same run on the embedded model (greedy, fp32, same tokens)
 Against the physical limit, as gpt-fast prints it: lookahead's tokens/s and passes/s, and the weight
 bytes its passes read per second against this machine's memory bandwidth (bench_passes.py measures
 both); and which draft source gave the accepted guesses.
-Run: python bench/bench_decoding.py [--new-tokens 96] [--repeats 2]
+With --busy every prompt is timed twice, quiet and then beside one busy loop per core (rows marked "busy"): all
+methods under the same load, as when other programs share the machine.
+Run: python bench/bench_decoding.py [--new-tokens 96] [--repeats 2] [--busy] [--prompts code prose ...]
 """
 
 from __future__ import annotations
@@ -17,11 +19,15 @@ import argparse
 import collections
 import inspect
 import json
+import os
 import shlex
 import statistics
+import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -48,53 +54,86 @@ PROMPTS = {
 }
 
 
+@contextmanager
+def busy_loops(count: int) -> Iterator[None]:
+    """`count` processes spinning, one per core, until the block ends (even on an error): other programs' load."""
+    spinners: list[subprocess.Popen] = []
+    try:
+        spinners += [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+def timed(model, tokenizer, text: str, n: int, repeats: int) -> tuple[dict[str, float], dict[str, list[int]], dict]:
+    """Each method's median seconds and tokens for `text`, one after the other under the same conditions, and the
+    result of lookahead's last run (how its passes went depends on how long they took)."""
+    ids = torch.tensor([tokenizer(text)["input_ids"]])
+    ours: dict[str, dict] = {}
+
+    def generate(method: str) -> list[int]:
+        ours[method] = inference.generate(text, n, method)
+        return ours[method]["token_ids"]
+
+    runs = {
+        "hf-greedy": lambda: model.generate(ids, do_sample=False, max_new_tokens=n)[0, ids.shape[1] :].tolist(),
+        "hf-prompt-lookup": lambda: model.generate(
+            ids, do_sample=False, max_new_tokens=n, prompt_lookup_num_tokens=10
+        )[0, ids.shape[1] :].tolist(),
+        "greedy": lambda: generate("greedy"),
+        "lookahead": lambda: generate("lookahead"),
+    }
+    seconds: dict[str, float] = {}
+    tokens: dict[str, list[int]] = {}
+    for method, run in runs.items():
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            tokens[method] = run()
+            times.append(time.perf_counter() - start)
+        seconds[method] = statistics.median(times)
+    return seconds, tokens, ours["lookahead"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--busy", action="store_true", help="also time every prompt beside one busy loop per core")
+    parser.add_argument("--prompts", nargs="+", choices=PROMPTS, default=list(PROMPTS))
     args = parser.parse_args()
     model, tokenizer = inference.load_model()
     costs = model_pass_costs(complete=True)  # a first start refines its curve in the background: on these cores
     n = args.new_tokens
     bandwidth, weights = memory_bandwidth_gb_s(), weight_bytes(model)
     print(f"model {inference.default_model_name()} on {model.device} ({cpu_model()}), torch threads "
-          f"{torch.get_num_threads()}, {n} new tokens, median of {args.repeats}; "
+          f"{torch.get_num_threads()}, {os.cpu_count()} cores, {n} new tokens, median of {args.repeats}; "
           f"memory bandwidth {bandwidth:.1f} GB/s, "
           f"weights {weights / 1e6:.0f} MB\n")
     print(costs.table() + "\n")
-    print("| prompt | hf-greedy tok/s | hf-prompt-lookup | greedy (ours) | **lookahead** | tokens/pass | passes | "
-          "lookahead tok/s | passes/s | weights GB/s (of bandwidth) | accepted guesses by source |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    for name, text in PROMPTS.items():
-        ids = torch.tensor([tokenizer(text)["input_ids"]])
-        runs = {
-            "hf-greedy": lambda: model.generate(ids, do_sample=False, max_new_tokens=n)[0, ids.shape[1] :].tolist(),
-            "hf-prompt-lookup": lambda: model.generate(
-                ids, do_sample=False, max_new_tokens=n, prompt_lookup_num_tokens=10
-            )[0, ids.shape[1] :].tolist(),
-            "greedy": lambda: inference.generate(text, n, "greedy")["token_ids"],
-            "lookahead": lambda: inference.generate(text, n, "lookahead")["token_ids"],
-        }
-        seconds: dict[str, float] = {}
-        tokens: dict[str, list[int]] = {}
-        for method, run in runs.items():
-            times = []
-            for _ in range(args.repeats):
-                start = time.perf_counter()
-                tokens[method] = run()
-                times.append(time.perf_counter() - start)
-            seconds[method] = statistics.median(times)
-        assert tokens["lookahead"] == tokens["hf-greedy"] == tokens["greedy"], f"{name}: outputs differ"
-        detail = inference.generate(text, n, "lookahead")
-        rate = {m: len(tokens[m]) / s for m, s in seconds.items()}
-        ratio = lambda m: f"{rate[m] / rate['hf-greedy']:.2f}×"  # noqa: E731
-        passes_per_second = detail["forward_passes"] / seconds["lookahead"]
-        read = passes_per_second * weights / 1e9
-        guessed = collections.Counter(s for s in detail["draft_source_per_token"] if s != "step")
-        print(f"| {name} | {rate['hf-greedy']:.1f} | {ratio('hf-prompt-lookup')} | {ratio('greedy')} | "
-              f"**{ratio('lookahead')}** | {len(detail['token_ids']) / detail['forward_passes']:.2f} | "
-              f"{detail['forward_passes']} | {rate['lookahead']:.1f} | {passes_per_second:.1f} | "
-              f"{read:.1f} ({read / bandwidth:.0%}) | {dict(guessed.most_common())} |", flush=True)
+    timed(model, tokenizer, PROMPTS[args.prompts[0]], 4, 1)  # first calls take one-off costs: warm up, untimed
+    print("| prompt | hf-greedy tok/s | hf-prompt-lookup | greedy (ours) | **lookahead** | lookahead / greedy (ours) | "
+          "tokens/pass | passes | lookahead tok/s | passes/s | weights GB/s (of bandwidth) | "
+          "accepted guesses by source |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    loads = {"": nullcontext} | ({" (busy)": lambda: busy_loops(os.cpu_count() or 1)} if args.busy else {})
+    for name in args.prompts:
+        for label, load in loads.items():
+            with load():
+                seconds, tokens, detail = timed(model, tokenizer, PROMPTS[name], n, args.repeats)
+            assert tokens["lookahead"] == tokens["hf-greedy"] == tokens["greedy"], f"{name}{label}: outputs differ"
+            rate = {m: len(tokens[m]) / s for m, s in seconds.items()}
+            ratio = lambda m: f"{rate[m] / rate['hf-greedy']:.2f}×"  # noqa: E731
+            passes_per_second = detail["forward_passes"] / seconds["lookahead"]
+            read = passes_per_second * weights / 1e9
+            guessed = collections.Counter(s for s in detail["draft_source_per_token"] if s != "step")
+            print(f"| {name}{label} | {rate['hf-greedy']:.1f} | {ratio('hf-prompt-lookup')} | {ratio('greedy')} | "
+                  f"**{ratio('lookahead')}** | {rate['lookahead'] / rate['greedy']:.2f}× | "
+                  f"{len(detail['token_ids']) / detail['forward_passes']:.2f} | "
+                  f"{detail['forward_passes']} | {rate['lookahead']:.1f} | {passes_per_second:.1f} | "
+                  f"{read:.1f} ({read / bandwidth:.0%}) | {dict(guessed.most_common())} |", flush=True)
 
 
 if __name__ == "__main__":

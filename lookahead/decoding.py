@@ -15,12 +15,17 @@ one pass verifies every draft: the path accepted is followed from x while a chil
 choice after its parent. That path, plus the model's next token after it, is appended, and the
 cache keeps only those tokens.
 
-How many guesses a pass feeds follows this machine's measured cost of a pass of n tokens, T(n)
-(lookahead/cpu_linear.py), and the acceptance seen so far: the count that maximises expected tokens
-per second, (1 + E[accepted]) / T(1 + guesses), and none (a plain step, as greedy) when guessing
-does not pay. Other drafts ride along while the curve stays flat. Every source's draft is checked
-against what the model then produced, fed or not, so the estimates keep learning during plain
-steps too, and guessing resumes when it would pay again.
+How many guesses a pass feeds follows what a pass of n tokens costs, T(n), and the acceptance seen
+so far: the count that maximises expected tokens per second, (1 + E[accepted]) / T(1 + guesses), and
+none (a plain step, as greedy) when guessing does not pay. Other drafts ride along while T stays
+flat. T is this machine's measured curve (lookahead/cpu_linear.py), a quiet machine's, corrected as
+the decoding runs: every pass is timed, and T(n) is the curve's times how much slower than it passes
+(plain steps, or passes with guesses) ran lately. Beside other processes a pass with guesses can
+cost several plain steps (with one busy loop per core, planning by the curve alone ran at 0.15x
+greedy's speed), so guessing stops while it would not pay; once plain steps have taken many times
+what the passes found dear cost beyond their plan (RETRY_SHARE), guessing is planned by the curve
+again, tried, timed, and kept where it pays. Every source's draft is checked against what the model
+then produced, fed or not, so the estimates keep learning during plain steps too.
 
 Under a constraint (a `Guide`, lookahead/constraints.py) greedy's token is the best valid one, and
 the accepted path is followed with the guide advancing along it: each node's choice is masked by
@@ -30,6 +35,7 @@ the path need a mask, one per token produced.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -51,6 +57,13 @@ MAX_GUESSES = 31  # a pass feeds at most x and this many guesses (the widest pas
 RIDE_ALONG = 0.05  # more drafts join a pass while it costs at most this much more than the chosen width
 EMA = 0.7  # weight of the past in the acceptance estimates
 PRIOR = 0.5  # each estimate's start: a guess is as likely right as wrong
+# The curve's costs are a quiet machine's: at run time they are scaled by how much slower passes ran lately.
+TIME_EMA = 0.5  # weight of the past in a slowdown: one pass shows a change of load, and a lone pass slowed by
+# another process's turn on a core moves it by half only
+# Passes with guesses that ran dearer than planned are tried again once plain steps have taken 1/RETRY_SHARE times the
+# seconds they cost beyond their plan: while guessing stays too dear, trying it again costs about this share of the
+# time at most, and where the load has gone, guessing comes back after that many seconds of plain steps.
+RETRY_SHARE = 0.05
 
 STEP, NGRAM, RECYCLED = "step", "ngram", "recycled"
 SOURCES = (NGRAM, RECYCLED)
@@ -152,6 +165,41 @@ def tree_mask(past: int, parents: list[int], dtype: torch.dtype, device: torch.d
             own[node] = own[parent]
         own[node, node] = True
     return additive_mask(past, own, dtype, device)
+
+
+@dataclass
+class _RunningCosts:
+    """Seconds for a pass of n tokens: the measured curve's, times how much slower than it such passes ran lately.
+
+    Plain steps and passes with guesses are followed apart: beside other processes the two slow down unlike (a plain
+    step may run on one thread where a wider pass needs every core). Passes with guesses not timed yet, or timed
+    too dear long enough ago (RETRY_SHARE), are taken as slowed as plain steps: as the curve's shape says.
+    """
+
+    curve: Callable[[int], float]
+    plain: float = 1.0  # a plain step's seconds / the curve's, lately
+    guessing: float | None = None  # a pass with guesses' seconds / the curve's, lately; None: as `plain`
+    retry_after: float = 0.0  # seconds of plain steps before passes with guesses timed too dear are tried again
+
+    def __call__(self, n: int) -> float:
+        return self.curve(n) * self._slowdown(n)
+
+    def _slowdown(self, n: int) -> float:
+        return self.plain if n == 1 or self.guessing is None else self.guessing
+
+    def observe(self, n: int, seconds: float) -> None:
+        """A pass of n tokens took `seconds`."""
+        planned = self(n)
+        slowdown = TIME_EMA * self._slowdown(n) + (1 - TIME_EMA) * seconds / self.curve(n)
+        if n > 1:  # dearer than planned puts guessing off for longer; as planned or cheaper, not at all
+            self.guessing = slowdown
+            self.retry_after = self.retry_after + (seconds - planned) / RETRY_SHARE if seconds > planned else 0.0
+            return
+        self.plain = slowdown
+        if self.retry_after > 0:
+            self.retry_after = max(0.0, self.retry_after - seconds)
+            if not self.retry_after:
+                self.guessing = None
 
 
 @dataclass
@@ -271,11 +319,12 @@ def greedy_passes(
 @torch.inference_mode()
 def lookahead_passes(
     model: PreTrainedModel, input_ids: list[int], max_new_tokens: int, eos: set[int], cost: Callable[[int], float],
-    guide: Guide | None = None,
+    guide: Guide | None = None, clock: Callable[[], float] = time.perf_counter,
 ) -> Iterator[Pass]:
     """Greedy decoding's exact tokens, several per pass where the guesses are right.
 
-    `cost(n)`: seconds for a pass of n tokens on this machine (`models.model_pass_costs`).
+    `cost(n)`: seconds for a pass of n tokens on this machine, quiet (`models.model_pass_costs`); `clock` times
+    the passes as they run, correcting it.
     """
     device = model.device
     cache = GrowableCache()
@@ -286,10 +335,12 @@ def lookahead_passes(
     if first in eos:
         return
     pool = NGramPool(input_ids + [first])
-    planner = _Planner(cost)
+    costs = _RunningCosts(cost)
+    planner = _Planner(costs)
     x = first  # the last token, not yet in the cache
     produced = 1
     while produced < max_new_tokens:
+        started = clock()
         past = cache.get_seq_length()
         trie, proposed = planner.plan(pool, x, max_new_tokens - produced - 1)
         out = model(
@@ -307,6 +358,7 @@ def lookahead_passes(
         sources = [trie.sources[i] for i in path] + [STEP]
         planner.learn(proposed, tokens, trie.tokens, out.logits[0])
         cache.keep(past + 1, [past + i for i in path])
+        costs.observe(len(trie), clock() - started)  # the whole pass: plan, model, logits read, cache kept
         for i, token in enumerate(tokens):
             if token in eos or produced + i + 1 >= max_new_tokens:
                 tokens, sources = tokens[: i + 1], sources[: i + 1]

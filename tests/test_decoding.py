@@ -2,20 +2,28 @@
 
 import inspect
 import textwrap
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from itertools import islice
 
 import pytest
 import torch
 
 import custom_llm_inference as inference
+from lookahead import decoding
 from lookahead.cpu_linear import ROWS, TRANSPOSED_ROWS, MeasuredLinear, PassCosts, use_linear_path
 from lookahead.decoding import (
     NGRAM,
     RECYCLED,
+    RETRY_SHARE,
     SOURCES,
     STEP,
     DraftTrie,
     NGramPool,
+    Pass,
     _Planner,
+    _RunningCosts,
     greedy_passes,
     lookahead_passes,
     tree_mask,
@@ -31,9 +39,42 @@ PROMPTS = {
 }
 
 
+# A result's fields that depend on how long its passes took, on the machine's load: how many there were, what each gave.
+TIMED = {"seconds", "forward_passes", "tokens_per_pass", "accepted_per_pass", "draft_source_per_token"}
+
+
 def transformers_greedy(model, tokenizer, text, n, **kwargs) -> list[int]:
     ids = torch.tensor([tokenizer(text)["input_ids"]])
     return model.generate(ids, do_sample=False, max_new_tokens=n, **kwargs)[0, ids.shape[1] :].tolist()
+
+
+def tokens(passes: list[Pass]) -> list[int]:
+    return [token for p in passes for token in p.tokens]
+
+
+@dataclass
+class PassClock:
+    """Time that moves only while the model runs: a pass of n tokens takes `seconds(n)` (a test may change it), so
+    that what lookahead decoding measures is the test's, whatever else the machine runs."""
+
+    seconds: Callable[[int], float]
+    now: float = 0.0
+    widths: list[int] = field(default_factory=list)  # tokens fed by each pass so far
+
+    def __call__(self) -> float:
+        return self.now
+
+    def _tick(self, module: torch.nn.Module, args: tuple) -> None:
+        self.widths.append(args[0].shape[1])  # the decoders pass the input ids first
+        self.now += self.seconds(self.widths[-1])
+
+    @contextmanager
+    def driving(self, model: torch.nn.Module) -> Iterator["PassClock"]:
+        hook = model.register_forward_pre_hook(self._tick)
+        try:
+            yield self
+        finally:
+            hook.remove()
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
@@ -52,10 +93,12 @@ def test_tokens_equal_transformers_greedy_generate(model_name, prompt, method):
 
 
 def test_repetitive_text_takes_fewer_passes_than_tokens(embedded):
-    result = inference.generate(PROMPTS["repetition"], 30, "lookahead")
-    assert result["forward_passes"] < len(result["token_ids"])
-    assert max(result["accepted_per_pass"]) > 1
-    assert set(result["draft_source_per_token"]) & set(SOURCES)
+    model, tokenizer = embedded
+    ids = tokenizer(PROMPTS["repetition"])["input_ids"]
+    passes = passes_by_the_curve(model, ids, 30, eos_ids(model.generation_config), costs(lambda n: 1.0))
+    assert tokens(passes) == transformers_greedy(model, tokenizer, PROMPTS["repetition"], 30)
+    assert len(passes) < 30 and max(len(p.tokens) for p in passes) > 1
+    assert {source for p in passes for source in p.sources} & set(SOURCES)
     greedy = inference.generate(PROMPTS["repetition"], 30, "greedy")
     assert greedy["forward_passes"] == len(greedy["token_ids"]) and set(greedy["draft_source_per_token"]) == {STEP}
 
@@ -81,7 +124,9 @@ def test_streaming_grows_pass_by_pass_to_the_final_result(embedded):
     steps = list(inference.generate_stream(PROMPTS["list"], 12, "lookahead"))
     assert [len(s["accepted_per_pass"]) for s in steps] == list(range(1, len(steps) + 1))
     assert all(a["token_ids"] == b["token_ids"][: len(a["token_ids"])] for a, b in zip(steps, steps[1:]))
-    assert steps[-1] == {**inference.generate(PROMPTS["list"], 12, "lookahead"), "seconds": steps[-1]["seconds"]}
+    untimed = [{k: v for k, v in result.items() if k not in TIMED}
+               for result in (steps[-1], inference.generate(PROMPTS["list"], 12, "lookahead"))]
+    assert untimed[0] == untimed[1]
 
 
 @pytest.mark.parametrize("n", [1, 2, 7])
@@ -147,6 +192,12 @@ def costs(seconds) -> PassCosts:
     return PassCosts(ROWS, {"linear": tuple(seconds(n) for n in ROWS)}, "test")
 
 
+def passes_by_the_curve(model, ids: list[int], n: int, eos: set[int], curve: PassCosts) -> list[Pass]:
+    """Lookahead decoding's passes where each takes what `curve` says: planned by the curve alone."""
+    with PassClock(curve).driving(model) as clock:
+        return list(lookahead_passes(model, ids, n, eos, curve, clock=clock))
+
+
 def test_the_planner_guesses_as_far_as_the_measured_curve_and_the_acceptance_pay():
     flat, steep = costs(lambda n: 1.0), costs(lambda n: float(n))
     planner = _Planner(flat)
@@ -176,12 +227,47 @@ def test_plain_steps_when_guessing_cannot_pay_and_the_same_tokens_either_way(emb
     model, tokenizer = embedded
     ids = tokenizer(PROMPTS["repetition"])["input_ids"]
     stops = eos_ids(model.generation_config)
-    steep = list(lookahead_passes(model, ids, 24, stops, costs(lambda n: float(n))))
-    flat = list(lookahead_passes(model, ids, 24, stops, costs(lambda n: 1.0)))
-    expected = transformers_greedy(model, tokenizer, PROMPTS["repetition"], 24)
-    assert [t for p in steep for t in p.tokens] == [t for p in flat for t in p.tokens] == expected
+    steep = passes_by_the_curve(model, ids, 24, stops, costs(lambda n: float(n)))
+    flat = passes_by_the_curve(model, ids, 24, stops, costs(lambda n: 1.0))
+    assert tokens(steep) == tokens(flat) == transformers_greedy(model, tokenizer, PROMPTS["repetition"], 24)
     assert all(len(p.tokens) == 1 for p in steep), "one token per pass, as greedy"
     assert len(flat) < len(steep) / 2, "where wide passes cost nothing, guesses are taken"
+
+
+def test_passes_are_planned_by_how_much_slower_than_the_curve_they_ran_lately():
+    running = _RunningCosts(costs(lambda n: 1.0 + n / 10))
+    assert running(1) == 1.1 and running(8) == 1.8, "nothing timed: the curve"
+    running.observe(1, 2.2)
+    assert running(1) == pytest.approx(1.65), "half the way to twice the curve's time"
+    assert running(8) == pytest.approx(1.8 * 1.5), "passes with guesses not timed: slowed as plain steps are"
+    running.observe(8, 1.8 * 1.5)
+    assert running.retry_after == 0.0 and running(8) == pytest.approx(1.8 * 1.5), "as planned: nothing to retry"
+    running.observe(8, 1.8 * 1.5 + 3.0)  # 3 s dearer than planned
+    dear = 1.5 + 3.0 / 1.8 / 2  # half the way there
+    assert running(4) == pytest.approx(1.4 * dear), "every width with guesses slowed alike"
+    assert running.retry_after == pytest.approx(3.0 / RETRY_SHARE) and running(1) == pytest.approx(1.65)
+    while running.retry_after > 1.65:
+        running.observe(1, 1.65)
+    assert running(8) == pytest.approx(1.8 * dear), "until plain steps have taken 1/RETRY_SHARE times what it lost"
+    running.observe(1, 1.65)
+    assert running(8) == pytest.approx(1.8 * 1.5), "then guessing is planned by the curve's shape again"
+
+
+def test_guessing_stops_while_its_passes_run_dear_and_comes_back_once_they_pay(embedded, monkeypatch):
+    monkeypatch.setattr(decoding, "RETRY_SHARE", 1.0)  # tried again after the time lost, not 20 times it: a short test
+    model, tokenizer = embedded
+    ids = tokenizer(PROMPTS["repetition"])["input_ids"]
+    clock = PassClock(lambda n: 1.0 if n == 1 else 20.0)  # other processes make passes with guesses cost 20 steps
+    with clock.driving(model):
+        passes = lookahead_passes(model, ids, 48, eos_ids(model.generation_config), costs(lambda n: 1.0), clock=clock)
+        dear = list(islice(passes, 16))
+        clock.seconds, load_gone = (lambda n: 1.0), len(clock.widths)
+        cheap = list(passes)
+    assert tokens(dear + cheap) == transformers_greedy(model, tokenizer, PROMPTS["repetition"], 48)
+    fed = clock.widths[1:]  # after the prompt's pass
+    assert fed[0] > 1, "the curve says guessing pays: it is tried"
+    assert set(fed[1 : load_gone - 1]) == {1}, "timed 20 steps dear, it stops: plain steps, as greedy"
+    assert max(fed[load_gone - 1 :]) > 1 and len(cheap) < len(tokens(cheap)), "timed cheap again, guessing is back"
 
 
 def test_guesses_stop_where_the_tokens_wanted_and_the_context_end(tiny_model_dirs):
@@ -190,10 +276,10 @@ def test_guesses_stop_where_the_tokens_wanted_and_the_context_end(tiny_model_dir
     context = model.config.n_positions
     prompt = tokenizer(" a b" * context)["input_ids"][: context // 2]
     wanted = context - len(prompt)  # up to the context's last position
-    flat = list(lookahead_passes(model, prompt, wanted, set(), costs(lambda n: 1.0)))  # every guess pays
+    flat = passes_by_the_curve(model, prompt, wanted, set(), costs(lambda n: 1.0))  # every guess pays
     greedy = list(greedy_passes(model, prompt, wanted, set()))
-    assert [t for p in flat for t in p.tokens] == [t for p in greedy for t in p.tokens]
-    assert sum(len(p.tokens) for p in flat) == wanted and len(flat) < len(greedy)
+    assert tokens(flat) == tokens(greedy)
+    assert len(tokens(flat)) == wanted and len(flat) < len(greedy)
 
 
 def test_pass_costs_interpolate_and_choose_the_faster_path_per_width():
