@@ -19,7 +19,11 @@ import torch
 from transformers import PreTrainedModel
 
 METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "attention")
-IG_BATCH = 4  # integrated-gradients points per forward/backward (memory grows with it)
+IG_BATCH = 4  # integrated-gradients points per forward/backward at most (memory grows with it)
+# Rows (points x tokens) one forward/backward runs at most: a long job yields to a click between module calls, so a
+# click waits for the rest of one (a linear layer over this many rows: tens of ms on a 2-core CPU, where four points
+# of a 2,048-token window took a click 1.2x its time alone).
+IG_ROWS = 2048
 _eager = threading.Lock()  # one attention-weights forward at a time switches the model's attention path
 
 
@@ -35,15 +39,21 @@ def attribute(
             return finished.value
 
 
-def passes(method: str, steps: int) -> int:
-    """Forward(-and-backward) passes over the window that `method` takes: what a progress bar counts."""
-    return -(-steps // IG_BATCH) if method == "integrated_gradients" else 1
+def ig_batch(n_tokens: int) -> int:
+    """Integrated-gradients points per forward/backward over a window of `n_tokens`."""
+    return max(1, min(IG_BATCH, IG_ROWS // max(n_tokens, 1)))
+
+
+def passes(method: str, steps: int, n_tokens: int) -> int:
+    """Forward(-and-backward) passes over a window of `n_tokens` that `method` takes: what a progress bar counts."""
+    return -(-steps // ig_batch(n_tokens)) if method == "integrated_gradients" else 1
 
 
 def attribute_stepwise(
     model: PreTrainedModel, ids: list[int], target: int, method: str, steps: int
 ) -> Generator[int, None, tuple[torch.Tensor, float]]:
-    """As `attribute`, yielding the passes done after each (of `passes(method, steps)`), for a progress bar."""
+    """As `attribute`, yielding the passes done after each (of `passes(method, steps, len(ids))`), for a progress
+    bar."""
     if method == "attention":
         weights, prob = _attention(model, ids, target)
         yield 1
@@ -72,11 +82,11 @@ def _gradients(
 ) -> Generator[int, None, tuple[torch.Tensor, float]]:
     embeds = model.get_input_embeddings()(torch.tensor([ids], device=model.device)).detach()
     if method == "integrated_gradients":
-        total = torch.zeros_like(embeds[0])
-        for first in range(1, steps + 1, IG_BATCH):
-            alphas = torch.arange(first, min(first + IG_BATCH, steps + 1), device=embeds.device) / steps
+        total, batch = torch.zeros_like(embeds[0]), ig_batch(len(ids))
+        for first in range(1, steps + 1, batch):
+            alphas = torch.arange(first, min(first + batch, steps + 1), device=embeds.device) / steps
             total += _gradient(model, (alphas[:, None, None] * embeds).to(embeds.dtype), target).sum(0)
-            yield (first - 1) // IG_BATCH + 1
+            yield (first - 1) // batch + 1
         grad = total / steps
     else:
         grad = _gradient(model, embeds, target)[0]

@@ -11,9 +11,10 @@ no arithmetic, so a sliced job gives bit for bit what it gives alone.
 First is not always: back-to-back clicks (a crowd, or the writer's own while their "why?" runs) would leave a long
 job almost no time. So long work keeps a balance of the machine's time owed to it: while it waits for interactive
 work the balance grows by LONG_SHARE / (1 - LONG_SHARE) of a second a second (LONG_SHARE of the time, waited and run
-together, is long work's); while it runs (alone, or in its turn) the balance shrinks a second a second, down to
-MAX_CREDIT_SECONDS of credit. Once MIN_TURN_SECONDS are owed the long jobs get a turn: they run beside the interactive
-work, sharing the cores with it, until the balance is paid. A long job is thus owed only the time it was starved: one
+together, is long work's); while it runs alone the balance shrinks a second a second, down to MAX_CREDIT_SECONDS of
+credit, and while it runs beside interactive work TURN_PAYS of a second a second (it has part of the cores then). Once
+MIN_TURN_SECONDS are owed the long jobs get a turn: they run beside the interactive work, sharing the cores with it,
+until the balance is paid. A long job is thus owed only the time it was starved: one
 that ran alone in the pause before a click (a writer reading) has had its share of that click in advance and waits
 through it, so the click has the cores to itself but for the slice under way; under clicks without pauses it still
 gets its share. No interactive request ever waits for long work: one that runs for long (a comparison's first read)
@@ -45,17 +46,21 @@ import torch
 LONG_JOBS = ("attribution", "continuation", "read", "lookahead")
 Step, Result = TypeVar("Step"), TypeVar("Result")
 # Long work's share of the time, waited and run, while interactive work keeps coming: what it is owed is run beside the
-# clicks (sharing the cores). Measured on a 2-core Intel Xeon (bench_clicks_first.py --share: a "why?" under another
-# visitor's back-to-back clicks, against each alone) when only waiting counted, the gaps between clicks long work's on
-# top: with no share the "why?" took 5.8x its time, the clicks 1.2x theirs; a share of 0.25, 3.5-3.6x and 1.2-1.25x;
-# of 0.33, 3.5x and 1.7x. The aim: clicks within 1.5x their time, a long job within 4x.
-LONG_SHARE = 0.25
+# clicks (sharing the cores). The aim: under back-to-back clicks, the clicks within 1.5x their time alone and a long job
+# within 4x (bench_clicks_first.py --share: a "why?" under another visitor's back-to-back clicks, against each alone).
+# On a 2-core AMD EPYC, with a turn paying a second a second, a share of 0.25 gave the "why?" 5.8x and the clicks
+# 1.3x: a job beside a click has about half the cores, so its turns paid twice what they gave it (TURN_PAYS). With
+# turns paying half: 1/3 gave 4.4x, 0.36 3.95x, 0.4 3.3x, the clicks ~480 ms each time against 280-430 ms alone.
+LONG_SHARE = 0.36
+# What a second run beside interactive work pays of the balance: two compute-bound workloads on the same cores each get
+# about half of them.
+TURN_PAYS = 0.5
 MIN_TURN_SECONDS = 0.05  # a turn shorter than a few slices (each at most tens of ms) would only add switches
 # The most time long work that ran alone keeps as credit against waiting later. A second pays for a click of up to
-# (1 + MIN_TURN_SECONDS) * (1 - LONG_SHARE) / LONG_SHARE = 3.15 s alone (clicks on 2 cores take 0.15-1.2 s, the
+# (1 + MIN_TURN_SECONDS) * (1 - LONG_SHARE) / LONG_SHARE = 1.9 s alone (clicks on 2 cores take 0.15-1.2 s, the
 # slowest through llama.cpp at ~3k tokens) that follows a pause of a second or more: the long job waits through it, and
 # no turn slows it. More would hold long work back for longer without a turn beside interactive work that goes on
-# (3 s per second of credit: a crowd's first clicks, a comparison's first read); less would let a slow click after a
+# (1.8 s per second of credit: a crowd's first clicks, a comparison's first read); less would let a slow click after a
 # pause share the cores again.
 MAX_CREDIT_SECONDS = 1.0
 KEPT_CANCELS = 4096  # (session, kind) pairs whose last cancel is remembered, for jobs asked before it to start
@@ -118,13 +123,15 @@ class Scheduler:
     def _count_owed(self) -> None:
         """Bring the balance up to date since the last count (called at every change of what runs, so what ran
         between two counts is what runs now): a share of the time long work waited for interactive work is added,
-        the time it ran is taken off, down to MAX_CREDIT_SECONDS of credit."""
+        the time it ran is taken off (TURN_PAYS of it beside interactive work), down to MAX_CREDIT_SECONDS of
+        credit."""
         now = self._clock()
         elapsed, self._counted_until = now - self._counted_until, now
         if self._interactive and self._blocked:
             self._owed += elapsed * self.share / (1 - self.share)
         elif self._jobs:
-            self._owed = max(self._owed - elapsed, -MAX_CREDIT_SECONDS)
+            paid = elapsed * (TURN_PAYS if self._interactive else 1.0)
+            self._owed = max(self._owed - paid, -MAX_CREDIT_SECONDS)
 
     def _in_turn(self) -> bool:
         """Whether long work has its turn now: from when MIN_TURN_SECONDS are owed until the balance is paid."""

@@ -128,7 +128,7 @@ def one_after_another(jobs: Scheduler, job: Job, running: AbstractContextManager
 @pytest.mark.parametrize("run", range(5))
 def test_a_long_job_that_ran_alone_takes_no_turn_beside_a_click_and_its_next_slice_waits_until_the_click_ends(run):
     """A click at reading pace: the long job ran alone in the pause before it, which counts as its share of the click
-    (up to MAX_CREDIT_SECONDS of it: a click of up to 3 s alone). So it takes no turn beside the click, even once the
+    (up to MAX_CREDIT_SECONDS of it: a click of up to 2 s alone). So it takes no turn beside the click, even once the
     click's time is up and the click's second request wakes it to look: the click has the cores to itself."""
     clock = FakeClock()
     jobs = Scheduler(clock=clock)

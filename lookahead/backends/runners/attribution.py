@@ -35,7 +35,7 @@ def run_attribution(request: AttributionRequest) -> Iterator[AttributionProgress
     # interactive work first; a newer question of the session cancels this one
     job = scheduler.start(request.session, "attribution", request)
     work = scheduler.steps(job, _explained(model, ids, request.target_token_id, method, steps))
-    of = passes(method, steps)
+    of = passes(method, steps, len(ids))
     while True:
         try:
             yield AttributionProgress(next(work), of)
