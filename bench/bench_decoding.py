@@ -59,7 +59,8 @@ def busy_loops(count: int) -> Iterator[None]:
     """`count` processes spinning, one per core, until the block ends (even on an error): other programs' load."""
     spinners: list[subprocess.Popen] = []
     try:
-        spinners += [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+        spin = f"import os\nwhile os.getppid() == {os.getpid()}: pass"  # ends with this process, however it ends
+        spinners += [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(count)]
         yield
     finally:
         for spinner in spinners:
@@ -68,8 +69,9 @@ def busy_loops(count: int) -> Iterator[None]:
 
 
 def timed(model, tokenizer, text: str, n: int, repeats: int) -> tuple[dict[str, float], dict[str, list[int]], dict]:
-    """Each method's median seconds and tokens for `text`, one after the other under the same conditions, and the
-    result of lookahead's last run (how its passes went depends on how long they took)."""
+    """Each method's median seconds and tokens for `text`, the methods taking turns in each repeat (so each sees the
+    same spells of other load), and the result of lookahead's last run (how its passes went depends on how long they
+    took)."""
     ids = torch.tensor([tokenizer(text)["input_ids"]])
     ours: dict[str, dict] = {}
 
@@ -85,16 +87,14 @@ def timed(model, tokenizer, text: str, n: int, repeats: int) -> tuple[dict[str, 
         "greedy": lambda: generate("greedy"),
         "lookahead": lambda: generate("lookahead"),
     }
-    seconds: dict[str, float] = {}
+    times: dict[str, list[float]] = {method: [] for method in runs}
     tokens: dict[str, list[int]] = {}
-    for method, run in runs.items():
-        times = []
-        for _ in range(repeats):
+    for _ in range(repeats):
+        for method, run in runs.items():
             start = time.perf_counter()
             tokens[method] = run()
-            times.append(time.perf_counter() - start)
-        seconds[method] = statistics.median(times)
-    return seconds, tokens, ours["lookahead"]
+            times[method].append(time.perf_counter() - start)
+    return {method: statistics.median(t) for method, t in times.items()}, tokens, ours["lookahead"]
 
 
 def main() -> None:
