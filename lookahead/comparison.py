@@ -1,8 +1,10 @@
 """Where two models part on one text: at every position, each model's log-probability and rank of the token that
 came, and the Jensen–Shannon divergence between their whole next-token distributions.
 
-Both models read the same token ids (one tokenizer), SCORE_CHUNK positions at a time, each with its own cache, so
-only a chunk's (positions x vocabulary) log-probabilities exist at once, for each model, as in lookahead/scoring.py.
+Both models read the same token ids (one tokenizer) over the session's own caches, each new token once: their
+logits come SCORE_CHUNK positions at a time, and each chunk gives both each model's rows (what its token listing is
+built from, kept with its cache as lookahead/scoring.py keeps them) and the divergence, so only a chunk's (positions x
+vocabulary) log-probabilities exist at once, for each model.
 The distributions are each model's softmax over its own logits, compared on the tokenizer's ids (a model may pad its
 output layer past them; what it gives those rows is left out of both).
 """
@@ -10,7 +12,7 @@ output layer past them; what it gives those rows is left out of both).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -18,27 +20,42 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from lookahead.chat import as_dicts, context_ids
 from lookahead.context import ScoredText
+from lookahead.kv_cache import GrowableCache
 from lookahead.outputs import Branch, ComparedToken, ComparedWord, ModelComparison, NextCompared, NextToken, ScoredToken
-from lookahead.prefix_cache import common_prefix_length
+from lookahead.prefix_cache import Taken, common_prefix_length
 from lookahead.requests import CompareRequest, DistributionRequest, LookaheadRequest, ScoresRequest
 from lookahead.results import text_token_places
-from lookahead.scoring import SCORE_CHUNK
+from lookahead.scoring import Scores, chunks, new_hidden, rows_through, score_logprobs, unscored
 
 
 @dataclass
 class Comparison:
-    """Row i describes token i of the text under both models; token 0, with nothing before it, has NaN rows. The
-    caches and ids are kept with it (per session), so that the next comparison of an edited text reads only
-    what changed."""
+    """Token i of the text under both models: each one's row (its log-probability, rank, first choices) and the
+    divergence between them before it; token 0, with nothing before it, has a NaN divergence. Kept per session
+    (without the caches, which go back to the session's own), so that the next comparison of an edited text reads
+    only what changed."""
 
     ids: list[int]  # the token ids compared
-    logprob: torch.Tensor  # (2, N) log p(token i | tokens before it), model a then b
-    rank: torch.Tensor  # (2, N) 1 where the token was that model's first choice (0 for token 0)
-    top: torch.Tensor  # (2, N) each model's first choice before token i (0 for token 0)
+    rows: tuple[Scores, Scores]  # each model's rows for them, as its token listing reads them (lookahead/scoring.py)
     js: torch.Tensor  # (N,) divergence in bits between the two distributions before token i
     next_logprobs: torch.Tensor  # (2, vocab) after the last token: what each model expects next
     next_js: float  # their divergence there
-    caches: list[DynamicCache]  # each model's, holding every token but those past `ids` (none)
+    caches: list[DynamicCache] | None  # each model's, holding every token of `ids`; None once handed back
+
+    @property
+    def logprob(self) -> torch.Tensor:
+        """(2, N) log p(token i | tokens before it), model a then b."""
+        return torch.stack([rows.logprob for rows in self.rows])
+
+    @property
+    def rank(self) -> torch.Tensor:
+        """(2, N) 1 where the token was that model's first choice (0 for token 0)."""
+        return torch.stack([rows.rank for rows in self.rows])
+
+    @property
+    def top(self) -> torch.Tensor:
+        """(2, N) each model's first choice before token i (-1 for token 0)."""
+        return torch.stack([rows.top_ids[:, 0] for rows in self.rows])
 
 
 def js_bits(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
@@ -52,60 +69,45 @@ def js_bits(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     return (0.5 * terms.sum(-1) / math.log(2)).clamp(min=0.0)
 
 
-def token_rows(logprobs: torch.Tensor, token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's log-probability of its token, and the token's rank there (1 + how many tokens are likelier)."""
-    chosen = logprobs.gather(-1, token_ids[:, None])
-    return chosen[:, 0], (logprobs > chosen).sum(-1) + 1
-
-
 @torch.inference_mode()
 def compare_models(models: tuple[PreTrainedModel, PreTrainedModel], ids: torch.Tensor, vocab: int,
-                   kept: Comparison | None = None) -> Comparison:
-    """Both models over the token ids `ids` (1, N), a chunk at a time; `vocab`: the tokenizer's size. `kept`: an
-    earlier comparison (taken: its caches are extended), whose rows for the ids both share are reused."""
-    n, token_ids = ids.shape[1], ids[0].tolist()
-    logprob, rank, top = torch.full((2, n), math.nan), torch.zeros((2, n), dtype=torch.long), torch.zeros(
-        (2, n), dtype=torch.long)
-    js = torch.full((n,), math.nan)
-    start, previous, caches = _resumed(kept, token_ids)
-    if kept is not None and start:
-        shared = start + (previous is None)  # the rows kept: up to the first token run, or the token after it
-        for mine, theirs in ((logprob, kept.logprob), (rank, kept.rank), (top, kept.top)):
-            mine[:, :shared] = theirs[:, :shared]
-        js[:shared] = kept.js[:shared]
-    for chunk_start in range(start, n, SCORE_CHUNK):
-        chunk = ids[:, chunk_start: chunk_start + SCORE_CHUNK]
-        rows = torch.stack([torch.log_softmax(model(chunk.to(model.device), past_key_values=cache,
-                                                    use_cache=True).logits[0].float(), -1)[:, :vocab].cpu()
-                            for model, cache in zip(models, caches)])  # (2, chunk, vocab)
-        # Row j of the chunk predicts token chunk_start + j + 1; the row before the chunk predicts its first token.
-        predicting = rows[:, :-1] if previous is None else torch.cat([previous[:, None], rows[:, :-1]], 1)
-        first = chunk_start + (previous is None)
-        targets = ids[0, first: chunk_start + chunk.shape[1]].cpu()
-        for m in range(2):
-            logprob[m, first: first + len(targets)], rank[m, first: first + len(targets)] = token_rows(
-                predicting[m], targets)
-            top[m, first: first + len(targets)] = predicting[m].argmax(-1)
-        js[first: first + len(targets)] = js_bits(predicting[0], predicting[1])
-        previous = rows[:, -1]
-    return Comparison(token_ids, logprob, rank, top, js, previous, float(js_bits(previous[0], previous[1])), caches)
-
-
-def _resumed(kept: Comparison | None, ids: list[int]) -> tuple[int, torch.Tensor | None, list[DynamicCache]]:
-    """Where a comparison of `ids` starts reading, given `kept`: the first token to run, the rows that predict it
-    (None: it is token 0, or the token before it runs again), and the caches to extend. After an append the
-    kept caches go on from their end; after an edit (or an undo) they are cropped to the tokens both share but
-    one, whose run gives the rows that predict the first changed token."""
-    if kept is None:
-        return 0, None, [DynamicCache(), DynamicCache()]
-    shared = common_prefix_length(kept.ids, ids)
-    if shared == len(kept.ids):
-        return shared, kept.next_logprobs, kept.caches
-    if shared <= 1:
-        return 0, None, [DynamicCache(), DynamicCache()]
-    for cache in kept.caches:
-        cache.crop(shared - 1 - len(kept.ids))  # a negative count: the tokens to drop
-    return shared - 1, None, kept.caches
+                   kept: Comparison | None = None, taken: Sequence[Taken] | None = None) -> Comparison:
+    """Both models over the token ids `ids` (1, N) in one joint pass: each model's new tokens run once, and each chunk
+    of their logits gives both the model's rows (its listing) and the divergence. `vocab`: the tokenizer's size.
+    `taken`: each model's cache of a prefix of `ids` and its rows (the session's, from the prefix-cache store; None:
+    fresh); `kept`: the session's last comparison, whose divergences for the tokens both share are reused. Both
+    models run from the same token: the first whose divergence is unknown, or whose rows either lacks."""
+    token_ids = ids[0].tolist()
+    taken = list(taken or [Taken(GrowableCache(), 0, unscored(ids[0, :1])) for _ in models])
+    known = 1  # tokens whose divergence is known: token 0 has none
+    if kept is not None:
+        known = max(common_prefix_length(kept.ids, token_ids), 1)
+        known += known == len(kept.ids) < len(token_ids)  # appended to: the next token's is kept.next_js
+    start = min(known - 1, *(t.reused for t in taken))
+    js = torch.full((len(token_ids),), math.nan)
+    if kept is not None:
+        shared = min(start + 1, len(kept.ids))
+        js[1:shared] = kept.js[1:shared]
+        if start == len(kept.ids):
+            js[start] = kept.next_js
+    caches = [t.cache if start else GrowableCache() for t in taken]
+    for cache in caches:
+        if cache.get_seq_length() > start:
+            cache.crop(start - cache.get_seq_length())  # a negative count: the tokens to drop
+    rows = [rows_through(t.scores, ids[0], start) for t in taken]
+    hidden = [new_hidden(model, ids.to(model.device), cache) for model, cache in zip(models, caches)]
+    heads = [model.get_output_embeddings() for model in models]
+    for first, end in chunks(len(hidden[0])):  # position p's logits score token p + 1
+        logprobs = [torch.log_softmax(head(h[first:end]).float(), -1) for head, h in zip(heads, hidden)]
+        targets = ids[0, start + first + 1 : start + end + 1]
+        rows = [r.then(score_logprobs(lp, targets)) for r, lp in zip(rows, logprobs)]
+        a, b = (lp[:, :vocab] for lp in logprobs)
+        js[start + first + 1 : start + end + 1] = js_bits(a, b.to(a.device)).cpu()
+    lasts = [head(h[-1:])[0].float().cpu() for head, h in zip(heads, hidden)]  # as the model computes it alone
+    for r, last in zip(rows, lasts):
+        r.frontier = last
+    next_logprobs = torch.stack([torch.log_softmax(last, -1)[:vocab] for last in lasts])
+    return Comparison(token_ids, (rows[0], rows[1]), js, next_logprobs, float(js_bits(*next_logprobs)), caches)
 
 
 def compared_tokens(listings: tuple[list[ScoredToken], list[ScoredToken]], js: list[float | None],

@@ -57,11 +57,15 @@ class Scores:
 
 
 def score_logits(logits: torch.Tensor, next_ids: torch.Tensor) -> Scores:
-    """Rows for tokens `next_ids` (n,), each predicted by the matching row of `logits` (n, vocab).
+    """Rows for tokens `next_ids` (n,), each predicted by the matching row of `logits` (n, vocab)."""
+    return score_logprobs(torch.log_softmax(logits.float(), dim=-1), next_ids)
+
+
+def score_logprobs(logprobs: torch.Tensor, next_ids: torch.Tensor) -> Scores:
+    """Rows for tokens `next_ids` (n,), each predicted by the matching row of `logprobs` (n, vocab), float32.
 
     Rows are kept in the machine's memory (small: they are what a session keeps between requests).
     """
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
     next_ids = next_ids.to(logprobs.device)
     chosen = logprobs.gather(1, next_ids[:, None])
     rank = (logprobs > chosen).sum(dim=1) + 1
@@ -88,16 +92,33 @@ def extend_and_score(
     or the frontier that scores it. Returns the last logits (vocab,) and rows for all T tokens.
     """
     ids, past = input_ids[0], cache.get_seq_length()
-    hidden = model.base_model(input_ids[:, past:], past_key_values=cache, use_cache=True).last_hidden_state[0]
+    hidden = new_hidden(model, input_ids, cache)
     head = model.get_output_embeddings()
-    rows = (known.head(past + 1) if len(known) > past
-            else known.then(score_logits(known.frontier[None], ids[past:past + 1])))
-    for start in range(0, len(hidden) - 1, SCORE_CHUNK):  # position p's logits score token p + 1
-        chunk = hidden[start : min(start + SCORE_CHUNK, len(hidden) - 1)]
-        rows = rows.then(score_logits(head(chunk), ids[past + start + 1 : past + start + 1 + len(chunk)]))
+    rows = rows_through(known, ids, past)
+    for start, end in chunks(len(hidden)):  # position p's logits score token p + 1
+        rows = rows.then(score_logits(head(hidden[start:end]), ids[past + start + 1 : past + end + 1]))
     last = head(hidden[-1:])[0]  # alone, as the model computes it with logits_to_keep=1: the same bits
     rows.frontier = last.float().cpu()
     return last, rows
+
+
+def new_hidden(model: PreTrainedModel, input_ids: torch.Tensor, cache: DynamicCache) -> torch.Tensor:
+    """The last hidden states (T - past, hidden) of the tokens of `input_ids` (1, T) that `cache` lacks, which it
+    then holds: the logits come a chunk at a time from them."""
+    past = cache.get_seq_length()
+    return model.base_model(input_ids[:, past:], past_key_values=cache, use_cache=True).last_hidden_state[0]
+
+
+def rows_through(known: Scores, ids: torch.Tensor, past: int) -> Scores:
+    """Rows for tokens 0..past (the first one a cache of `past` tokens lacks): `known`'s, the last scored by its
+    frontier where it has no row for it."""
+    return known.head(past + 1) if len(known) > past else known.then(score_logits(known.frontier[None],
+                                                                                  ids[past : past + 1]))
+
+
+def chunks(n_hidden: int) -> list[tuple[int, int]]:
+    """The [start, end) chunks of new positions whose logits score a token of the text (all but the last)."""
+    return [(start, min(start + SCORE_CHUNK, n_hidden - 1)) for start in range(0, n_hidden - 1, SCORE_CHUNK)]
 
 
 def token_spans(offsets: list[tuple[int, int]], n_chars: int) -> list[tuple[int, int]]:

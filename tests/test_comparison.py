@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import custom_llm_inference as inference
-from lookahead import comparison
+from lookahead import comparison, scoring
+from lookahead.prefix_cache import PrefixCacheStore
 from reference import possible_ranks, possible_tops
 
 TEXTS = ["The old lighthouse keeper climbed the stairs and looked out over the sea.",
@@ -32,7 +33,7 @@ def js_reference(logp: np.ndarray, logq: np.ndarray) -> float:
 @pytest.mark.parametrize("chunk", [7, 256])
 @pytest.mark.parametrize("text", TEXTS)
 def test_both_models_rows_and_divergence_equal_full_forwards(embedded, tiny_model_dirs, text, chunk, monkeypatch):
-    monkeypatch.setattr(comparison, "SCORE_CHUNK", chunk)  # 7: several chunks, a boundary inside the text
+    monkeypatch.setattr(scoring, "SCORE_CHUNK", chunk)  # 7: several chunks, a boundary inside the text
     models = (embedded[0], inference.load_model(tiny_model_dirs["llama"])[0])
     tokenizer = embedded[1]
     vocab = len(tokenizer)
@@ -54,19 +55,24 @@ def test_both_models_rows_and_divergence_equal_full_forwards(embedded, tiny_mode
 @pytest.mark.parametrize("edit", ["append", "edit", "undo", "same"])
 def test_a_kept_comparison_reads_only_what_changed_and_equals_a_fresh_one(embedded, tiny_model_dirs, edit,
                                                                         monkeypatch):
-    monkeypatch.setattr(comparison, "SCORE_CHUNK", 5)
+    monkeypatch.setattr(scoring, "SCORE_CHUNK", 5)
     models = (embedded[0], inference.load_model(tiny_model_dirs["llama"])[0])
     tokenizer = embedded[1]
     first = tokenizer(TEXTS[0])["input_ids"]
     second = {"append": first + tokenizer(" then rested")["input_ids"], "edit": first[:4] + first[6:],
               "undo": first[:5], "same": first}[edit]
     kept = comparison.compare_models(models, torch.tensor([first]), len(tokenizer))
+    store, keys = PrefixCacheStore(), [("a", "session"), ("b", "session")]  # each model's cache, as a session's
+    for key, cache, rows in zip(keys, kept.caches, kept.rows):
+        store.put(key, first, cache, (), rows)
     calls = []
     for model in models:
-        monkeypatch.setattr(model, "forward", _counting(model.forward, calls))
-    again = comparison.compare_models(models, torch.tensor([second]), len(tokenizer), kept)
+        monkeypatch.setattr(model.base_model, "forward", _counting(model.base_model.forward, calls))
+    again = comparison.compare_models(models, torch.tensor([second]), len(tokenizer), kept,
+                                      [store.take(key, second, scored=True) for key in keys])
     run = sum(calls) // 2  # each model runs the same tokens
-    assert run == {"append": len(second) - len(first), "edit": len(second) - 3, "undo": 1, "same": 0}[edit]
+    # the same text runs its last token again, as any call over the session's cache does: its logits are not kept
+    assert run == {"append": len(second) - len(first), "edit": len(second) - 3, "undo": 1, "same": 1}[edit]
     monkeypatch.undo()
     fresh = comparison.compare_models(models, torch.tensor([second]), len(tokenizer))
     for name in ("logprob", "js", "next_logprobs"):
@@ -163,6 +169,29 @@ def test_compare_at_a_caret_suggests_there_and_still_compares_the_whole_text(emb
     for m, name in enumerate(names):
         alone = inference.lookahead(TEXT, 2, 2, model_name=name, caret=caret, session="alone caret")["branches"]
         assert [b["text"] for b in result["branches"][m]] == [b["text"] for b in alone]
+
+
+def test_each_models_listing_comes_from_the_joint_pass_and_a_click_runs_only_its_new_tokens(embedded, tiny_model_dirs,
+                                                                                          monkeypatch):
+    names = [inference.default_model_name(), tiny_model_dirs["llama"]]
+    models = [inference.load_model(name)[0] for name in names]
+    calls = []
+    for model in models:
+        monkeypatch.setattr(model.base_model, "forward", _counting(model.base_model.forward, calls))
+    tokenizer = embedded[1]
+    first = inference.compare(TEXT, names, k=1, n_branches=0, session="joint")
+    n = len(tokenizer(TEXT)["input_ids"])
+    assert sum(calls) == 2 * n + 2, "each model reads the text once, then its last token for its distribution"
+    calls.clear()
+    taken = TEXT + " Then it rained."
+    again = inference.compare(taken, names, k=1, n_branches=0, session="joint")
+    assert sum(calls) == 2 * (len(tokenizer(taken)["input_ids"]) - n) + 2, "the new tokens once, the last again"
+    monkeypatch.undo()
+    for result, text in ((first, TEXT), (again, taken)):
+        for m, name in enumerate(names):
+            alone = inference.token_probabilities(text, 1, model_name=name, session=f"alone {m}")["tokens"]
+            assert [t["logprob"][m] for t in result["tokens"]] == pytest.approx(
+                [t["logprob"] for t in alone], abs=1e-4, nan_ok=True)
 
 
 def test_no_branches_compares_the_text_alone(embedded, tiny_model_dirs):

@@ -4,6 +4,7 @@ divergence between them, both models' caches of the text kept per session."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -29,20 +30,34 @@ def run_comparison(stores: Stores, request: CompareRequest) -> ModelComparison:
     """Both models on the text: each one's listing of its tokens, the divergence before each token and at the
     caret where they read the same token ids (else per word), and each one's suggestions at the caret."""
     asked = [model_requests(request, name) for name in request.models]
-    listings = tuple(run_scores(stores, scores).tokens for scores, _, _ in asked)
-    distributions = [run_distribution(stores, next_tokens) for _, next_tokens, _ in asked]
-    branches = [run_lookahead(stores, branches).branches if request.n_branches else [] for _, _, branches in asked]
     (model_a, tokenizer), (model_b, tokenizer_b) = (load_model(name) for name in request.models)
     compared = None
     if read_alike((tokenizer, tokenizer_b), request):  # else the models cut the text into other tokens: per word
         models, limit = (model_a, model_b), min(context_limit(model_a), context_limit(model_b))
         scored = read_scored_text(asked[0][0], tokenizer, limit)
-        key = (request.models, request.session)
-        kept = compare_models(models, torch.tensor([scored.ids]), len(tokenizer), stores.comparisons.pop(key))
-        stores.comparisons.put(key, kept)
+        kept = _compared(stores, request, [scores.key for scores, _, _ in asked], models, scored.ids, len(tokenizer))
         js, tops = at_tokens(scored, len(request.whole), kept.js, kept.top, functools.partial(_spelled, tokenizer))
         compared = js, tops, _js_at_caret(request, kept, models, tokenizer, limit)
+    # Each model's listing from the rows the joint pass kept with its cache (no model work where both read the text
+    # in the same window), then its suggestions at the caret over that cache.
+    listings = tuple(run_scores(stores, scores).tokens for scores, _, _ in asked)
+    distributions = [run_distribution(stores, next_tokens) for _, next_tokens, _ in asked]
+    branches = [run_lookahead(stores, branches).branches if request.n_branches else [] for _, _, branches in asked]
     return comparison_result(request, listings, distributions, branches, None, compared)
+
+
+def _compared(stores: Stores, request: CompareRequest, keys: list[tuple[str, str]],
+              models: tuple[PreTrainedModel, PreTrainedModel], ids: list[int], vocab: int) -> Comparison:
+    """Both models over `ids` in one joint pass over the session's caches (each reads only what they lack, and the
+    divergences the session's last comparison knows are kept), their caches and rows handed back to the store."""
+    key = (request.models, request.session)
+    taken = [stores.prefix_caches.take(model_key, ids, scored=True) for model_key in keys]
+    compared = compare_models(models, torch.tensor([ids]), vocab, stores.comparisons.pop(key), taken)
+    for model_key, cache, rows in zip(keys, compared.caches, compared.rows):
+        stores.prefix_caches.put(model_key, ids, cache, (), rows)
+    compared = replace(compared, caches=None)
+    stores.comparisons.put(key, compared)
+    return compared
 
 
 def _js_at_caret(request: CompareRequest, compared: Comparison, models: tuple[PreTrainedModel, PreTrainedModel],
