@@ -11,6 +11,7 @@ output layer past them; what it gives those rows is left out of both).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -154,8 +155,15 @@ def read_alike(tokenizers: tuple[PreTrainedTokenizerBase, PreTrainedTokenizerBas
     one template): then every position is both models', and their distributions there can be compared."""
     a, b = tokenizers
     messages = as_dicts(request.messages)
-    return a.get_vocab() == b.get_vocab() and context_ids(a, request.whole, messages) == context_ids(
+    return a is b or same_vocabulary(a, b) and context_ids(a, request.whole, messages) == context_ids(
         b, request.whole, messages)
+
+
+@functools.cache
+def same_vocabulary(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
+    """Whether two loaded tokenizers have one vocabulary (asked once per pair: a 49k-entry vocabulary is ~30 ms to
+    read out, each time the heatmap of two models updates)."""
+    return a.get_vocab() == b.get_vocab()
 
 
 def at_tokens(scored: ScoredText, text_length: int, js: torch.Tensor, top: torch.Tensor,

@@ -294,6 +294,8 @@ def as_json(value: object) -> object:
     """`value` as plain JSON data: answers become dicts with their fields in order, tuples lists; a partial answer's
     fields that are None where the answer is whole are left out (`TokenScores`' "partial" and "notice",
     `ScoredToken`'s "rank_above")."""
+    if value is None or isinstance(value, (str, int, float)):  # most of a long answer: its numbers, first
+        return value
     if isinstance(value, ScoredToken):
         entry = value._asdict()
         entry["alternatives"] = None if value.alternatives is None else [a._asdict() for a in value.alternatives]
@@ -306,11 +308,17 @@ def as_json(value: object) -> object:
         return value.as_dict()
     if is_dataclass(value):
         omitted = {"partial", "notice"} if isinstance(value, TokenScores) else set()
-        return {f.name: as_json(getattr(value, f.name)) for f in fields(value)
-                if not (f.name in omitted and getattr(value, f.name) is None)}
+        return {name: as_json(getattr(value, name)) for name in _field_names(type(value))
+                if not (name in omitted and getattr(value, name) is None)}
     if isinstance(value, (list, tuple)):
         return [as_json(item) for item in value]
     return value
+
+
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...]:
+    """A dataclass's field names, read once (an answer may hold thousands of one kind: a compared text's tokens)."""
+    return tuple(f.name for f in fields(kind))
 
 
 def answers_json(typed: Callable[P, Answer]) -> Callable[P, object]:

@@ -17,6 +17,7 @@ from lookahead.comparison import (
     at_tokens,
     compare_models,
     comparison_result,
+    js_bits,
     model_requests,
     read_alike,
 )
@@ -28,21 +29,29 @@ from lookahead.requests import CompareRequest, ScoresRequest
 
 def run_comparison(stores: Stores, request: CompareRequest) -> ModelComparison:
     """Both models on the text: each one's listing of its tokens, the divergence before each token and at the
-    caret where they read the same token ids (else per word), and each one's suggestions at the caret."""
+    caret where they read the same token ids (else per word), and each one's suggestions at the caret.
+
+    The joint pass reads all but the text's last token, which each model's distribution then reads over the cache it
+    left, as a call for that model alone would: so each token is read once per model, and each listing comes from the
+    rows kept with the caches, with no model work (where both models read the text in the same window)."""
     asked = [model_requests(request, name) for name in request.models]
+    keys = [scores.key for scores, _, _ in asked]
     (model_a, tokenizer), (model_b, tokenizer_b) = (load_model(name) for name in request.models)
-    compared = None
-    if read_alike((tokenizer, tokenizer_b), request):  # else the models cut the text into other tokens: per word
-        models, limit = (model_a, model_b), min(context_limit(model_a), context_limit(model_b))
+    models, vocab = (model_a, model_b), len(tokenizer)
+    alike = read_alike((tokenizer, tokenizer_b), request)  # else the models cut the text into other tokens: per word
+    if alike:
+        limit = min(context_limit(model_a), context_limit(model_b))
         scored = read_scored_text(asked[0][0], tokenizer, limit)
-        kept = _compared(stores, request, [scores.key for scores, _, _ in asked], models, scored.ids, len(tokenizer))
-        js, tops = at_tokens(scored, len(request.whole), kept.js, kept.top, functools.partial(_spelled, tokenizer))
-        compared = js, tops, _js_at_caret(request, kept, models, tokenizer, limit)
-    # Each model's listing from the rows the joint pass kept with its cache (no model work where both read the text
-    # in the same window), then its suggestions at the caret over that cache.
-    listings = tuple(run_scores(stores, scores).tokens for scores, _, _ in asked)
+        kept = _compared(stores, request, keys, models, scored.ids[:-1] or scored.ids, vocab)
     distributions = [run_distribution(stores, next_tokens) for _, next_tokens, _ in asked]
+    listings = tuple(run_scores(stores, scores).tokens for scores, _, _ in asked)
     branches = [run_lookahead(stores, branches).branches if request.n_branches else [] for _, _, branches in asked]
+    compared = None
+    if alike:
+        whole = _completed(stores, request, keys, models, kept, scored.ids, vocab)
+        places = at_tokens(scored, len(request.whole), whole.js, whole.top, functools.partial(_spelled, tokenizer))
+        at_caret = whole.next_js if request.after is None else _js_at_caret(request, whole, models, tokenizer, limit)
+        compared = *places, at_caret
     return comparison_result(request, listings, distributions, branches, None, compared)
 
 
@@ -60,15 +69,31 @@ def _compared(stores: Stores, request: CompareRequest, keys: list[tuple[str, str
     return compared
 
 
+def _completed(stores: Stores, request: CompareRequest, keys: list[tuple[str, str]],
+               models: tuple[PreTrainedModel, PreTrainedModel], compared: Comparison, ids: list[int],
+               vocab: int) -> Comparison:
+    """The comparison of the whole text `ids`, kept for the session: `compared` (of all its tokens but the last)
+    with the last token's divergence and the logits after it, which the models' own passes over the last token
+    kept with their caches (else one more joint step)."""
+    if len(compared.ids) == len(ids):
+        return compared
+    rows = [stores.prefix_caches.scores(key, ids) for key in keys]
+    if not all(r is not None and r.frontier is not None for r in rows):
+        return _compared(stores, request, keys, models, ids, vocab)
+    next_logprobs = torch.stack([torch.log_softmax(r.frontier.float(), -1)[:vocab] for r in rows])
+    whole = Comparison(ids, (rows[0], rows[1]), torch.cat([compared.js, torch.tensor([compared.next_js])]),
+                       next_logprobs, float(js_bits(*next_logprobs)), None)
+    stores.comparisons.put((request.models, request.session), whole)
+    return whole
+
+
 def _js_at_caret(request: CompareRequest, compared: Comparison, models: tuple[PreTrainedModel, PreTrainedModel],
                  tokenizer: PreTrainedTokenizerBase, limit: int) -> float:
     """The divergence before the caret's next token: the whole text's, where the text before the caret is a run of
     its tokens (the caret between two of them), else from a reading of that text alone."""
-    if request.after is None:
-        return compared.next_js
     before = read_scored_text(ScoresRequest(text=request.text, session=request.session, messages=request.messages),
                               tokenizer, limit).ids
-    if compared.ids[: len(before)] == before:
+    if compared.ids[: len(before)] == before and len(before) < len(compared.ids):
         return float(compared.js[len(before)])
     return compare_models(models, torch.tensor([before]), len(tokenizer)).next_js
 
