@@ -20,7 +20,7 @@ machine's memory bandwidth (bench_passes.py's measurement). Run: python bench/be
 from __future__ import annotations
 
 import argparse
-import math
+import os
 import statistics
 import sys
 import time
@@ -29,13 +29,15 @@ from pathlib import Path
 
 import torch
 
+# Every text is read within its call, as the comparison reads it: one model's listing is then whole, not a long
+# text's first partial answer (lookahead/reading.py).
+os.environ["LOOKAHEAD_FIRST_ANSWER_SECONDS"] = "0"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench_lookahead import corpus  # noqa: E402
 from bench_passes import memory_bandwidth_gb_s, weight_bytes  # noqa: E402
 
 import custom_llm_inference as inference  # noqa: E402
 from lookahead.models import EMBEDDED_MODEL, EMBEDDED_MODEL_BF16, embedded_model_dir, model_pass_costs  # noqa: E402
-from lookahead.scoring import SCORE_CHUNK  # noqa: E402
 
 N_BRANCHES, DEPTH = 5, 3
 CLICK_TOKENS, HEATMAP_TOKENS = 1000, 3000
@@ -73,26 +75,26 @@ def clicks(text: str, models: list[str], precompute: bool, repeats: int) -> floa
 def heatmap(text: str, models: list[str], repeats: int) -> dict[str, float]:
     """Seconds for the heatmap's comparison of `text` read first, and after a click's few tokens; and one model's
     listing after the same click."""
-    first, again, alone = [], [], []
+    first, again, alone_first, alone = [], [], [], []
+    taken = text + " and then the lamp went out"
     for i in range(repeats):
-        session = f"heatmap {i}"
+        session, alone_session = f"heatmap {i}", f"heatmap alone {i}"
         first.append(timed(lambda: inference.compare(text, models, k=1, n_branches=0, session=session)))
-        inference.token_probabilities(text, 5, session=session, model_name=models[0])
-        taken = text + " and then the lamp went out"
         again.append(timed(lambda: inference.compare(taken, models, k=1, n_branches=0, session=session)))
-        alone_session = f"heatmap alone {i}"
-        inference.token_probabilities(text, 5, session=alone_session, model_name=models[0])
+        alone_first.append(
+            timed(lambda: inference.token_probabilities(text, 5, session=alone_session, model_name=models[0])))
         alone.append(
-            timed(lambda: inference.token_probabilities(taken, 5, session=alone_session, model_name=models[0]))
-        )
+            timed(lambda: inference.token_probabilities(taken, 5, session=alone_session, model_name=models[0])))
         inference.backend().forget(session)
         inference.backend().forget(alone_session)
-    return {"first": statistics.median(first), "click": statistics.median(again), "one": statistics.median(alone)}
+    return {"first": statistics.median(first), "click": statistics.median(again),
+            "one first": statistics.median(alone_first), "one": statistics.median(alone)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--heatmap-only", action="store_true", help="only the heatmap's comparison")
     args = parser.parse_args()
     models, offered = [EMBEDDED_MODEL, str(embedded_model_dir())], [EMBEDDED_MODEL, EMBEDDED_MODEL_BF16]
     loaded = [inference.load_model(name) for name in models]
@@ -109,25 +111,23 @@ def main() -> None:
     print(f"models {' and '.join(models)}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"k={N_BRANCHES} depth={DEPTH}; memory bandwidth {bandwidth:.1f} GB/s, weights "
           + ", ".join(f"{weight_bytes(model) / 1e6:.0f} MB" for model, _ in loaded) + "\n")
-    print(f"Click at {CLICK_TOKENS:,} tokens (median of {args.repeats}):\n")
-    print("| click | one model (ms) | two models (ms) | two / one |")
-    print("|---|---:|---:|---:|")
-    for precompute in (False, True):
-        one = clicks(text, models[:1], precompute, args.repeats)
-        two = clicks(text, models, precompute, args.repeats)
-        print(f"| {'precomputed' if precompute else 'computed'} | {1000 * one:.0f} | {1000 * two:.0f} | "
-              f"{two / one:.2f}× |", flush=True)
-    each = [clicks(text, [name], False, args.repeats) for name in offered]
-    print("\nEach offered model's computed click alone: "
-          + ", ".join(f"{name} {1000 * seconds:.0f} ms" for name, seconds in zip(offered, each)))
+    if not args.heatmap_only:
+        print(f"Click at {CLICK_TOKENS:,} tokens (median of {args.repeats}):\n")
+        print("| click | one model (ms) | two models (ms) | two / one |")
+        print("|---|---:|---:|---:|")
+        for precompute in (False, True):
+            one = clicks(text, models[:1], precompute, args.repeats)
+            two = clicks(text, models, precompute, args.repeats)
+            print(f"| {'precomputed' if precompute else 'computed'} | {1000 * one:.0f} | {1000 * two:.0f} | "
+                  f"{two / one:.2f}× |", flush=True)
+        each = [clicks(text, [name], False, args.repeats) for name in offered]
+        print("\nEach offered model's computed click alone: "
+              + ", ".join(f"{name} {1000 * seconds:.0f} ms" for name, seconds in zip(offered, each)))
     times = heatmap(long_text, models, args.repeats)
-    chunks = math.ceil(HEATMAP_TOKENS / SCORE_CHUNK)  # the comparison reads both models' weights once per chunk
-    read = chunks * sum(weight_bytes(model) for model, _ in loaded) / times["first"] / 1e9
-    print(f"\nHeatmap at {HEATMAP_TOKENS:,} tokens: the comparison read first {1000 * times['first']:.0f} ms; after a "
-          f"click {1000 * times['click']:.0f} ms (one model's listing after the same click: "
-          f"{1000 * times['one']:.0f} ms, {times['click'] / times['one']:.2f}×)")
-    print(f"(the first read's comparison pass alone reads both models' weights {chunks} times: at least {read:.2f} "
-          f"GB/s of the {bandwidth:.1f} GB/s the memory gives)")
+    print(f"\nHeatmap at {HEATMAP_TOKENS:,} tokens (median of {args.repeats}): the comparison read first "
+          f"{1000 * times['first']:.0f} ms, one model's listing {1000 * times['one first']:.0f} ms "
+          f"({times['first'] / times['one first']:.2f}×); after a click {1000 * times['click']:.0f} ms, one model's "
+          f"listing {1000 * times['one']:.0f} ms ({times['click'] / times['one']:.2f}×)")
 
 
 if __name__ == "__main__":
