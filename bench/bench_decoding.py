@@ -10,7 +10,7 @@ bytes its passes read per second against this machine's memory bandwidth (bench_
 both); and which draft source gave the accepted guesses.
 With --busy every prompt is timed twice, quiet and then beside one busy loop per core (rows marked "busy"): all
 methods under the same load, as when other programs share the machine.
-Run: python bench/bench_decoding.py [--new-tokens 96] [--repeats 2] [--busy] [--prompts code prose ...]
+Run: python bench/bench_decoding.py [--new-tokens 96] [--repeats 2] [--busy] [--prompts code prose ...] [--ours]
 """
 
 from __future__ import annotations
@@ -54,6 +54,10 @@ PROMPTS = {
 }
 
 
+METHODS = ("hf-greedy", "hf-prompt-lookup", "greedy", "lookahead")
+OURS = ("greedy", "lookahead")  # beside busy loops transformers' generate can take minutes a prompt: --ours skips it
+
+
 @contextmanager
 def busy_loops(count: int) -> Iterator[None]:
     """`count` processes spinning, one per core, until the block ends (even on an error): other programs' load."""
@@ -68,7 +72,8 @@ def busy_loops(count: int) -> Iterator[None]:
             spinner.wait()
 
 
-def timed(model, tokenizer, text: str, n: int, repeats: int) -> tuple[dict[str, float], dict[str, list[int]], dict]:
+def timed(model, tokenizer, text: str, n: int, repeats: int,
+          methods: tuple[str, ...] = METHODS) -> tuple[dict[str, float], dict[str, list[int]], dict]:
     """Each method's median seconds and tokens for `text`, the methods taking turns in each repeat (so each sees the
     same spells of other load), and the result of lookahead's last run (how its passes went depends on how long they
     took)."""
@@ -87,6 +92,7 @@ def timed(model, tokenizer, text: str, n: int, repeats: int) -> tuple[dict[str, 
         "greedy": lambda: generate("greedy"),
         "lookahead": lambda: generate("lookahead"),
     }
+    runs = {method: runs[method] for method in methods}
     times: dict[str, list[float]] = {method: [] for method in runs}
     tokens: dict[str, list[int]] = {}
     for _ in range(repeats):
@@ -103,7 +109,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--busy", action="store_true", help="also time every prompt beside one busy loop per core")
     parser.add_argument("--prompts", nargs="+", choices=PROMPTS, default=list(PROMPTS))
+    parser.add_argument("--ours", action="store_true", help="only lookahead against our greedy loop")
     args = parser.parse_args()
+    if args.ours:
+        return ours_only(args)
     model, tokenizer = inference.load_model()
     costs = model_pass_costs(complete=True)  # a first start refines its curve in the background: on these cores
     n = args.new_tokens
@@ -134,6 +143,25 @@ def main() -> None:
                   f"{len(detail['token_ids']) / detail['forward_passes']:.2f} | "
                   f"{detail['forward_passes']} | {rate['lookahead']:.1f} | {passes_per_second:.1f} | "
                   f"{read:.1f} ({read / bandwidth:.0%}) | {dict(guessed.most_common())} |", flush=True)
+
+
+def ours_only(args: argparse.Namespace) -> None:
+    """Lookahead against our plain greedy loop per prompt, quiet and (with --busy) beside busy loops, taking turns."""
+    model, tokenizer = inference.load_model()
+    model_pass_costs(complete=True)
+    print(f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, {args.new_tokens} new tokens, median of "
+          f"{args.repeats}\n")
+    timed(model, tokenizer, PROMPTS[args.prompts[0]], 4, 1, OURS)  # one-off costs, untimed
+    print("| prompt | greedy tok/s | **lookahead / greedy** | tokens/pass |\n|---|---:|---:|---:|")
+    loads = {"": nullcontext} | ({" (busy)": lambda: busy_loops(os.cpu_count() or 1)} if args.busy else {})
+    for name in args.prompts:
+        for label, load in loads.items():
+            with load():
+                seconds, tokens, detail = timed(model, tokenizer, PROMPTS[name], args.new_tokens, args.repeats, OURS)
+            assert tokens["lookahead"] == tokens["greedy"], f"{name}{label}: outputs differ"
+            print(f"| {name}{label} | {len(tokens['greedy']) / seconds['greedy']:.1f} | "
+                  f"**{seconds['greedy'] / seconds['lookahead']:.2f}×** | "
+                  f"{len(detail['token_ids']) / detail['forward_passes']:.2f} |", flush=True)
 
 
 if __name__ == "__main__":

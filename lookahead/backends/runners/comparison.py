@@ -1,5 +1,5 @@
 """Two models on one text (lookahead/comparison.py): each one's listing, distribution and branches, and the
-divergence between them, both models' caches of the text kept per session."""
+divergence between them, from one joint pass over each model's own session cache; the divergences kept per session."""
 
 from __future__ import annotations
 
