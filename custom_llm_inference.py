@@ -410,6 +410,7 @@ def multiverse(
     frequency_penalty: float = 0.0,
     min_p: float = 0.0,
     sampling: Sampling | None = None,
+    yielding: bool = False,
 ) -> Multiverse:
     """The map of futures: every continuation of `text` of at most `depth` tokens (1–8) whose mass is at least
     `cutoff` (0 < cutoff < 1), the block multiverse of loom-style tools, grown a level per tree-masked pass over the
@@ -431,6 +432,10 @@ def multiverse(
     mass is exact; through a server that lists each node's top N tokens only it is N, and a child outside a node's
     top N is missing from the map though its mass may reach the cutoff (its mass is in "rest"; "entropy" is then
     None).
+    `yielding=True` (in-process, off ZeroGPU): the call runs as a long job of kind "map" that waits while any other
+    call runs (and for what is being precomputed) and stops, raising `Cancelled`, once the session asks `lookahead`
+    for another text, or on `cancel(session, "map")` (the page asks a map after every answer; the writer's next click
+    makes it stale).
     """
     depth = check_int("depth", depth, 1, MAX_MAP_DEPTH)
     common, after = at_caret(text, caret, session, model_name, messages, constraint)
@@ -441,7 +446,7 @@ def multiverse(
         sampling=Sampling.from_keywords(sampling, locals()),
         constraint=check_constraint(constraint, common["text"], common["model_name"]),
         after=after,
-    ))
+    ), yielding)
 
 
 @answers_json

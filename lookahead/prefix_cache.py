@@ -170,6 +170,29 @@ class PrefixCacheStore:
                 copy.update(layer.keys.clone(), layer.values.clone(), i)
         return entry._replace(cache=copy, continuations=list(entry.continuations))
 
+    def lend(self, key: Hashable, token_ids: Sequence[int], before_caret: bool = False) -> tuple[Taken, int]:
+        """`take` (`take_before` for a caret inside the text) over a private copy of the session's cache, its entry
+        left in place: for work a click makes stale (the map of futures), which must not hold the cache a click's
+        ready answer extends. Also how many of the copy's last entries are the text after the caret, masked out."""
+        copy = self.copy(key)
+        if copy is None:
+            return Taken(GrowableCache(), 0, None), 0
+        reused = kept_whole(copy.ids, token_ids) if before_caret else None
+        if reused is not None:
+            return Taken(copy.cache, reused, None), len(copy.ids) - reused
+        return _reuse(copy, token_ids, scored=False), 0
+
+    def keep_beside(self, key: Hashable, token_ids: Sequence[int], cache: DynamicCache,
+                    continuations: Sequence[Continuation]) -> None:
+        """After work over a lent copy for `token_ids`: its continuations kept beside the session's entry if that still
+        holds exactly those tokens, the copy itself stored if the session holds nothing, else nothing (it moved on)."""
+        with self._entries.lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                self.put(key, token_ids, cache, continuations)
+            elif entry.ids == tuple(token_ids):
+                self._entries.put(key, entry._replace(continuations=[*continuations, *entry.continuations]))
+
     def install(
         self,
         key: Hashable,

@@ -42,8 +42,9 @@ from typing import TypeVar
 import torch
 
 # The kinds of long job; a session has at most one of each (on each model named). "lookahead": one asked to yield
-# (the page's second ask at a caret, for the branches' fit, which a slow CPU takes a while over).
-LONG_JOBS = ("attribution", "continuation", "read", "lookahead")
+# (the page's second ask at a caret, for the branches' fit, which a slow CPU takes a while over); "map": the map of
+# futures the page asks after every answer, which the session's next text makes stale.
+LONG_JOBS = ("attribution", "continuation", "read", "lookahead", "map")
 Step, Result = TypeVar("Step"), TypeVar("Result")
 # Long work's share of the time, waited and run, while interactive work keeps coming: what it is owed is run beside the
 # clicks (sharing the cores). The aim: under back-to-back clicks, the clicks within 1.5x their time alone and a long job

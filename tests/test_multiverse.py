@@ -2,6 +2,7 @@
 cutoff, each number from a full forward over the text and the path (no cache), warm or cold, at the end or a caret."""
 
 import math
+import threading
 
 import pytest
 import torch
@@ -159,6 +160,57 @@ def test_inserting_a_path_reads_none_of_it_again():
     deepest = max((n for n in answer["nodes"] if n["depth"] == 3 and not n["ends"]), key=lambda n: n["mass"])
     after = inference.lookahead(text + deepest["text"], session="insert")
     assert after["reused_tokens"] == after["context_tokens"] - 1
+
+
+HELD_AT = 300  # module calls into the map (each pass over the model makes ~200): held in its second pass
+
+
+@pytest.mark.parametrize("same_text", [False, True], ids=["a click", "the same text asked again"])
+def test_a_click_while_the_pages_map_grows_is_answered_from_its_precomputed_answer(same_text):
+    """The page asks a map after every answer, yielding: it grows over a copy of the session's cache, so a click's ready
+    answer is claimed while it runs, and suggestions for another text stop it (the same text leaves it be)."""
+    speculator = inference.backend().speculator
+    text = "The old lighthouse keeper climbed the stairs and"
+    shown = inference.lookahead(text, session="reader", precompute=True)
+    speculator.wait()
+    asked = text if same_text else text + shown["branches"][0]["text"]
+    outcome, calls, holding, release = [], [0], threading.Event(), threading.Event()
+
+    def mapping() -> None:
+        try:
+            outcome.append(inference.multiverse(text, 3, 0.02, session="reader", yielding=True))
+        except inference.Cancelled:
+            outcome.append("cancelled")
+
+    mapper = threading.Thread(target=mapping)
+
+    def hold(module: torch.nn.Module, args: tuple) -> None:
+        if threading.current_thread() is mapper:
+            calls[0] += 1
+            if calls[0] == HELD_AT:
+                holding.set()
+                release.wait(60)
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(hold)
+    try:
+        mapper.start()
+        assert holding.wait(60), "the map reached its second pass"
+        served = speculator.served
+        clicked = inference.lookahead(asked, session="reader")
+        assert speculator.served == served + (not same_text), "the click's answer was ready, the map running"
+    finally:
+        release.set()
+        handle.remove()
+    mapper.join(60)
+    inference.lookahead(text, session="fresh reader")
+    assert clicked == inference.lookahead(asked, session="fresh reader"), "exact, as without the map"
+    if not same_text:
+        assert outcome == ["cancelled"]
+        return
+    assert outcome == [inference.multiverse(text, 3, 0.02, session="fresh reader")]
+    deepest = max((n for n in outcome[0]["nodes"] if n["depth"] == 3 and not n["ends"]), key=lambda n: n["mass"])
+    after = inference.lookahead(text + deepest["text"], session="reader")
+    assert after["reused_tokens"] == after["context_tokens"] - 1, "the map's paths were kept beside the cache"
 
 
 def test_an_end_token_ends_its_path(embedded):

@@ -90,8 +90,9 @@ class Backend(Protocol):
         """Two models on one text (lookahead/comparison.py)."""
         ...
 
-    def multiverse(self, request: MultiverseRequest) -> Multiverse:
-        """The map of futures (lookahead/multiverse.py)."""
+    def multiverse(self, request: MultiverseRequest, yielding: bool = False) -> Multiverse:
+        """The map of futures (lookahead/multiverse.py). `yielding`: run as a long job of kind "map", which waits for
+        every other call and stops once the session asks suggestions for another text (where the backend can)."""
         ...
 
     def warm_up(self) -> Iterator[str]:

@@ -75,18 +75,8 @@ class InProcess(Stores):
     def lookahead(self, request: LookaheadRequest, precompute: bool = False, partial: bool = True,
                   yielding: bool = False) -> Suggestions:
         if yielding:
-            # After what is being precomputed for the session (it makes the next click instant; as one more real
-            # request this call would stop it and drop the ready answers); then every module call waits while
-            # interactive work runs. Cancelled, it stops at once, waiting or not.
-            job = scheduler.start(request.session, "lookahead", request, request.model)
-            try:
-                while not self.speculator.wait(CANCEL_POLL_SECONDS, request.key):
-                    if job.cancelled:
-                        raise Cancelled("the lookahead was cancelled")
-                with scheduler.sliced(job):
-                    return last(self._on_gpu(request))
-            finally:
-                scheduler.finish(job)
+            return self._yielding(request, "lookahead")
+        stop_stale_maps(request)
         read = read_first(self, request) if partial else None
         with scheduler.interactive():
             if read is None:
@@ -133,11 +123,13 @@ class InProcess(Stores):
         with scheduler.interactive():
             return last(self._serve(request))
 
-    def multiverse(self, request: MultiverseRequest) -> Multiverse:
-        # After what is being precomputed for the session, and beside its ready answers: the page asks a map after
-        # every answer, and as a real request (`_serve`) it would stop the precomputation and drop what a click on a
-        # branch is about to claim.
+    def multiverse(self, request: MultiverseRequest, yielding: bool = False) -> Multiverse:
+        # After what is being precomputed for the session, and beside its ready answers (over a copy of the session's
+        # cache): the page asks a map after every answer, and as a real request (`_serve`) it would stop the
+        # precomputation and drop what a click on a branch is about to claim.
         wait_for_read(self, request)
+        if yielding:
+            return self._yielding(request, "map")
         self.speculator.wait(key=request.key)
         with scheduler.interactive():
             return last(self._on_gpu(request))
@@ -166,6 +158,20 @@ class InProcess(Stores):
         scheduler.cancel(session)
         super().forget(session)
 
+    def _yielding(self, request: Request, kind: str) -> object:
+        """`request` as a long job of `kind`: after what is being precomputed for the session (it makes the next click
+        instant; as one more real request this call would stop it and drop the ready answers), then every module call
+        waits while interactive work runs. Cancelled, it stops at once, waiting or not."""
+        job = scheduler.start(request.session, kind, request, request.model)
+        try:
+            while not self.speculator.wait(CANCEL_POLL_SECONDS, request.key):
+                if job.cancelled:
+                    raise Cancelled(f"the {kind} was cancelled")
+            with scheduler.sliced(job):
+                return last(self._on_gpu(request))
+        finally:
+            scheduler.finish(job)
+
     def _serve(self, request: Request, compute: Callable[[], Iterator[object]] | None = None) -> Iterator[object]:
         """`request`'s answers: a precomputed one if ready, else `compute`'s (by default the GPU entry point's)."""
         ready = self.speculator.arrived(request.key, request)
@@ -181,6 +187,16 @@ class InProcess(Stores):
     def _on_gpu(self, request: Request) -> Iterator[object]:
         """`request`'s answers from the GPU entry point, run against this backend's stores."""
         return self.on_gpu(self.number, request)
+
+
+def stop_stale_maps(request: LookaheadRequest) -> None:
+    """Suggestions asked for another text (a click, an edit) make the session's map of futures being grown stale: it
+    stops within a slice, so the click has the cores (the page asks a new map after the answer)."""
+    for job in scheduler.running(request.session):
+        map_ = job.question
+        if job.kind == "map" and (map_.text, map_.after, map_.messages) != (request.text, request.after,
+                                                                               request.messages):
+            scheduler.stop(job)
 
 
 def clicks_ahead(last_shown: SessionStore[tuple[str, str], tuple[LookaheadRequest, Suggestions]],

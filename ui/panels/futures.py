@@ -78,7 +78,7 @@ def ask_map(asked: Asked, model_name: str | None, request: gr.Request) -> Multiv
     return inference.multiverse.typed(
         place.text, asked.depth, asked.cutoff, caret=place.caret, session=session_key(request),
         model_name=model_name, messages=context.messages, constraint=asked.constraints.for_text(place.before),
-        sampling=asked.sampling)
+        sampling=asked.sampling, yielding=True)
 
 
 def map_futures(draft: Draft, settings: Settings, view: FuturesView, drawn: Drawn | None,

@@ -281,9 +281,10 @@ class CompletionsBackend(Connections):
         )
         return comparison_result(request, listings, distributions, branches, self.logprobs, compared)
 
-    def multiverse(self, request: MultiverseRequest) -> Multiverse:
+    def multiverse(self, request: MultiverseRequest, yielding: bool = False) -> Multiverse:
         """The map of futures, grown as in-process (`lookahead/multiverse.py`'s `expand`) from the server's top N
-        after each node, a level at a time. The last level is not asked: no entropy is known here."""
+        after each node, a level at a time. The last level is not asked: no entropy is known here. `yielding` is not
+        needed: the server schedules its own work."""
         self._constrainable(request)
         context = self._context(request, room=request.depth)  # a probing backend knows its server from here on
         self._able(
