@@ -11,14 +11,16 @@ default: while the writer reads, each shown branch's next step is computed) and 
 (the history tree kept for reloads), and the bytes the page received per click (its WebSocket and
 server-sent-event frames). `--heatmap both` runs each session twice on the same server, without the
 heatmap and with it shown (the text coloured by the model's probabilities, updated with every click),
-one after the other: the ratio of their p50s is the heatmap's cost.
+one after the other: the ratio of their p50s is the heatmap's cost. `--trees DIR ...` serves each checkout's
+app.py in turn, in the same run (an earlier commit's worktree: before and after).
 
-Run: python bench/bench_browser.py [--tokens 1000 3000] [--clicks 60] [--heatmap off|on|both]
+Run: python bench/bench_browser.py [--tokens 1000 3000] [--clicks 60] [--heatmap off|on|both] [--trees . DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import statistics
@@ -40,23 +42,26 @@ PASSAGE = (
 TOKENS_PER_PASSAGE = 40  # about, for the embedded model's tokenizer
 
 
-def serve(precompute: bool) -> tuple[subprocess.Popen, str]:
-    return start_server(lambda port: [sys.executable, str(ROOT / "app.py")],
+def serve(precompute: bool, tree: Path = ROOT) -> tuple[subprocess.Popen, str]:
+    return start_server(lambda port: [sys.executable, str(tree / "app.py")],
                         {"LOOKAHEAD_PRECOMPUTE": "1" if precompute else "0"}, "browser")
 
 
 # Timed inside the page, as the writer sees it: from the click event to the frame after the status
-# line shows the new result (gradio's progress lines, "queue: 1/1 | 0.1s", are not a result).
+# line shows the new result (gradio's progress lines, "queue: 1/1 | 0.1s", are not a result). The line
+# is read as its markdown's textContent, without the progress tracker beside it: innerText would force
+# a layout at every change of the line, work of the bench's own.
 TIMING_JS = """() => {
   window.__timing = {clicks: [], updates: []};
   document.addEventListener('click', e => {
     if (e.target.closest('.branch-btn')) window.__timing.clicks.push(performance.now());
   }, true);
   const status = document.querySelector('#status');
-  let last = status.innerText.trim();
+  const line = () => (status.querySelector('[data-testid="markdown"]')?.textContent || '').trim();
+  let last = line();
   new MutationObserver(() => {
-    const now = status.innerText.trim();
-    if (now !== last && now.split('\\n')[0].includes('context tokens')) {
+    const now = line();
+    if (now !== last && now.includes('context tokens')) {
       last = now;
       requestAnimationFrame(() => window.__timing.updates.push(performance.now()));
     }
@@ -118,6 +123,12 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float, hea
     }
 
 
+def tree_name(tree: Path) -> str:
+    """The checkout's commit, short."""
+    return subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip() or str(tree)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1000, 3000])
@@ -127,31 +138,33 @@ def main() -> None:
     parser.add_argument("--precompute", choices=["both", "on", "off"], default="both")
     parser.add_argument("--heatmap", choices=["off", "on", "both"], default="off",
                         help="with the heatmap shown; both: without it, then with it, on the same server")
+    parser.add_argument("--trees", type=Path, nargs="+", default=[ROOT],
+                        help="checkouts whose app.py to serve, one after the other (an earlier commit's: before/after)")
     args = parser.parse_args()
     print(f"{args.clicks} clicks on branch {args.branch}, {args.reading} s apart, {os.cpu_count()} CPU cores; "
           "times in ms\n")
-    print("| text | precompute | heatmap | context tokens | click→update p50 | p95 | model p50 | page p50 "
+    print("| tree | text | precompute | heatmap | context tokens | click→update p50 | p95 | model p50 | page p50 "
           "| page, first / last tenth | localStorage per click (chars) | received per click (kB) |")
-    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     modes = {"both": (False, True), "on": (True,), "off": (False,)}
-    for tokens in args.tokens:
-        for precompute in modes[args.precompute]:
-            server, url = serve(precompute)
-            p50 = {}
-            try:
-                for heatmap in modes[args.heatmap]:
-                    r = session(url, tokens, args.clicks, args.branch, args.reading, heatmap)
-                    p50[heatmap] = r["p50"]
-                    print(f"| ~{tokens} | {'on' if precompute else 'off'} | {'shown' if heatmap else 'off'} "
-                          f"| {r['context']} | **{r['p50']:.0f}** | {r['p95']:.0f} | {r['model']:.0f} "
-                          f"| {r['page']:.0f} "
-                          f"| {r['page_first']:.0f} / {r['page_last']:.0f} | {r['storage']:.0f} "
-                          f"| {r['received'] / 1000:.1f} |", flush=True)
-            finally:
-                os.killpg(server.pid, 9)
-                server.wait()
-            if len(p50) == 2:
-                print(f"|  |  | shown ÷ off | | **{p50[True] / p50[False]:.2f}×** | | | | | | |", flush=True)
+    for tokens, precompute, tree in itertools.product(args.tokens, modes[args.precompute], args.trees):
+        server, url = serve(precompute, tree)
+        p50 = {}
+        try:
+            for heatmap in modes[args.heatmap]:
+                r = session(url, tokens, args.clicks, args.branch, args.reading, heatmap)
+                p50[heatmap] = r["p50"]
+                print(f"| {tree_name(tree)} | ~{tokens} | {'on' if precompute else 'off'} "
+                      f"| {'shown' if heatmap else 'off'} "
+                      f"| {r['context']} | **{r['p50']:.0f}** | {r['p95']:.0f} | {r['model']:.0f} "
+                      f"| {r['page']:.0f} "
+                      f"| {r['page_first']:.0f} / {r['page_last']:.0f} | {r['storage']:.0f} "
+                      f"| {r['received'] / 1000:.1f} |", flush=True)
+        finally:
+            os.killpg(server.pid, 9)
+            server.wait()
+        if len(p50) == 2:
+            print(f"|  |  |  | shown ÷ off | | **{p50[True] / p50[False]:.2f}×** | | | | | | |", flush=True)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,27 @@ def test_a_second_model_chosen_answers_beside_the_first_and_either_ones_branch_g
     expect(page.locator("#plot-heading")).not_to_contain_text(inference.default_model_name())
 
 
+def test_with_one_model_a_click_sends_only_its_own_event(app_url, browser):
+    """No round trip follows a click for a second panel nobody chose, and the ledger's waits for the writer's pause:
+    each would come between the click and its suggestions on screen."""
+    url, _ = app_url
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    handlers = {d["id"]: d["api_name"] for d in page.request.get(url + "config").json()["dependencies"]}
+    joined = []
+    page.on("request", lambda r: "queue/join" in r.url and joined.append(handlers[r.post_data_json["fn_index"]]))
+    page.goto(url)
+    type_text(page, TEXT)
+    first = expect_suggestions_for(page, TEXT)
+    page.wait_for_timeout(1000)  # the map and the ledger that follow the typing
+    joined.clear()
+    page.locator("#branch-0").click()
+    expect_suggestions_for(page, inserted_at(TEXT, None, first["branches"][0]["text"])[0])
+    assert joined[0] == "take_branch_and_suggest"
+    page.wait_for_timeout(1000)
+    assert not any(name.startswith("suggest_beside") for name in joined)
+    assert "show_ledger" in joined, "the ledger follows once the writer pauses"
+
+
 def test_the_heatmap_colours_the_text_by_where_the_two_models_part(app_url, browser, tiny_model_dirs):
     url, _ = app_url
     tiny = tiny_model_dirs["llama"]

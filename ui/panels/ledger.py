@@ -2,8 +2,9 @@
 model, the bits spent choosing, and how surprising the model found each side's tokens (ui/ledger.py computes them);
 and an export of the text for analysis, each token with its logprobs and its author (ui/logprobs_export.py).
 
-It follows the history: each change the browser's copy of the tree is sent (`history_sync`) refreshes it, as does
-another model, from the session's token scores, which the engine keeps (the heatmap's, when it is on).
+It follows the history: a change the browser's copy of the tree is sent (`history_sync`) refreshes it once the writer
+pauses (LEDGER_PAUSE_MS: a round trip after every click would come between the click and its suggestions on screen),
+as does another model, from the session's token scores, which the engine keeps (the heatmap's, when it is on).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from ui.scripts import DOWNLOAD_JS
 from ui.wiring import Update, Wiring, session_key
 
 EMPTY = "<p>Nothing written yet.</p>"
+LEDGER_PAUSE_MS = 400  # after the history's last change: a writer reading, not clicking on
+# history_sync's change: the hidden #ledger-resync pressed once the history has not changed for LEDGER_PAUSE_MS.
+LEDGER_DUE_JS = (f"() => {{ clearTimeout(window.ledgerDue); window.ledgerDue = setTimeout("
+                 f"() => document.getElementById('ledger-resync')?.click(), {LEDGER_PAUSE_MS}); }}")
 
 
 def text_scores(text: str, context: Context, session: str, whole: bool = False) -> TokenScores | None:
@@ -62,14 +67,15 @@ class LedgerPanel:
             self.export = gr.Button("Export for analysis (JSON)", elem_id="export-analysis", size="sm", scale=0,
                                     min_width=200)
         self.json = gr.Textbox(visible=False)  # carries an export ({"name", "text"}) to the browser's download
+        self.resync = gr.Button(elem_id="ledger-resync", elem_classes="pressed-by-script")  # by LEDGER_DUE_JS
 
     def slots(self) -> dict:
         return {"ledger": self.view, "analysis_json": self.json}
 
     def wire(self, wiring: Wiring, context: Controls) -> None:
         inputs = dict(history="history_state", context=context)
-        refreshed_by = [wiring.slots["history_sync"].change, context.components["model_name"].change,
-                        wiring.slots["heatmap_on"].change]
+        wiring.slots["history_sync"].change(None, None, None, js=LEDGER_DUE_JS)
+        refreshed_by = [self.resync.click, context.components["model_name"].change, wiring.slots["heatmap_on"].change]
         gr.on(refreshed_by, **wiring.handler(
             show_ledger, {**inputs, "heatmap_on": "heatmap_on"}, ["ledger"], while_continuing=gr.skip,
             cancels_fit=False, concurrency_id="ledger", trigger_mode="always_last", show_progress="hidden"))

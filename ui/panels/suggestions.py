@@ -328,6 +328,8 @@ class SuggestionsPanel:
         # Each answer's mark: the page marks this panel's suggestions stale on an edit until the next one arrives
         # (outside the column: a hidden box in a column shown later would show too).
         self.answer_sync = gr.Textbox(visible="hidden", elem_id=f"answer-sync{self.suffix}")
+        if self.beside:  # pressed by answer.js after each of the first panel's answers, while this panel is shown
+            self.asked = gr.Button(elem_id=f"asked{self.suffix}", elem_classes="pressed-by-script")
         with gr.Column(visible=self.visible, min_width=MIN_WIDTH, elem_id=f"suggestions{self.suffix}") as self.column:
             self._build()
 
@@ -419,7 +421,8 @@ class SuggestionsPanel:
 
     def follow(self, first: SuggestionsPanel) -> None:
         """Another model's panel beside the first: it refreshes after each answer of the first (which the writer's
-        edits ask for), and the text its clicks write refreshes the first."""
-        first.answered.change(**self.refresh)
+        edits ask for) while it is shown, and the text its clicks write refreshes the first. The page asks (answer.js),
+        so that no round trip follows every click while no second model is chosen."""
+        self.asked.click(**self.refresh)
         for event in self.taken:
             event.then(**first.refresh)

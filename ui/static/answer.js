@@ -1,7 +1,8 @@
 // An event's js= (a panel's hidden #answer-sync box changed: suggestions arrived, as "serial:crc32" of the text they
 // are for, its UTF-16 code units as little-endian bytes: suggestions.answer_mark), with the panel's suffix ("" for
 // the first, "-2" for a second model's). Once the text box shows that text, the panel's suggestions on screen are no
-// longer stale (keyboard.js marks every panel's so on an edit or a click).
+// longer stale (keyboard.js marks every panel's so on an edit or a click). After the first panel's answer, each other
+// model's panel that is shown is asked for its own (its hidden #asked button): none while no second model is chosen.
 (() => {
   const TABLE = Array.from({ length: 256 }, (_, n) => {
     let c = n;
@@ -19,6 +20,12 @@
     return (crc ^ 0xffffffff) >>> 0;
   };
   return (answer, panel = "") => {
+    if (!panel) {
+      for (const asked of document.querySelectorAll("[id^=asked-]")) {
+        const column = document.getElementById("suggestions" + asked.id.slice("asked".length));
+        if (column && column.offsetParent !== null) asked.click();
+      }
+    }
     requestAnimationFrame(() => requestAnimationFrame(() => {
       const box = document.querySelector("#text textarea");
       const crc = String(answer || "").split(":")[1];
