@@ -77,6 +77,28 @@ def test_only_new_tokens_are_scored_after_an_edit_a_click_or_a_keystroke(model_n
     assert_matches(result, reference_scores(model, tokenizer, taken, 3), taken, tokenizer)
 
 
+def test_the_distribution_after_a_scored_text_comes_from_its_kept_logits(embedded, monkeypatch):
+    """Once the session's rows reach the text's end, its next tokens need no pass: the logits after the last token
+    are kept with the rows. They equal a fresh call's; healing or a constraint still runs the model."""
+    model, _ = embedded
+    text = TEXTS[0]
+    inference.token_probabilities(text, session="scored then next")
+    calls = []
+    forward = model.base_model.forward
+    monkeypatch.setattr(model.base_model, "forward", lambda *a, **kw: calls.append(1) or forward(*a, **kw))
+    kept = inference.next_token_distribution(text, 10, temperature=0.7, session="scored then next")
+    assert calls == []
+    monkeypatch.undo()
+    fresh = inference.next_token_distribution(text, 10, temperature=0.7, session="fresh next")
+    assert [e["token_id"] for e in kept] == [e["token_id"] for e in fresh]
+    for a, b in zip(kept, fresh):
+        assert (a["prob"], a["p_final"]) == pytest.approx((b["prob"], b["p_final"]), abs=1e-5)
+    monkeypatch.setattr(model.base_model, "forward", lambda *a, **kw: calls.append(1) or forward(*a, **kw))
+    inference.next_token_distribution(text, 10, session="scored then next",
+                                      constraint={"type": "choice", "value": [" Then", " And"], "start": len(text)})
+    assert calls, "a constraint's mask comes from a pass over the text"
+
+
 def test_a_listing_reuses_the_last_ones_entries_only_where_its_context_is_the_same(embedded):
     """The session's last listing lends its entries to the next (a click's few new tokens): never across a
     changed conversation, another k, or a changed token."""

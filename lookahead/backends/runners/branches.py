@@ -70,7 +70,16 @@ def run_lookahead(stores: Stores, request: LookaheadRequest, store: CacheStore |
 
 
 def run_distribution(stores: Stores, request: DistributionRequest) -> list[NextToken]:
-    """The distribution: the branches' pass with one branch of one token (the sampling shapes p_final only)."""
+    """The distribution: the branches' pass with one branch of one token (the sampling shapes p_final only); or, where
+    the session's rows reach the text's end (a scored pass just read it: the comparison of two models), from the
+    logits they keep after its last token, with no model work (neither healing nor a constraint then shapes them)."""
+    if stores.prefix_caches.scoring(request.key):
+        model, tokenizer = load_model(request.model_name)
+        prompt = prompt_of(request, model, tokenizer, stores.matchers, force=False)
+        known = stores.prefix_caches.scores(request.key, prompt.ids)
+        if known is not None and known.frontier is not None and prompt.allowed is None and prompt.guide is None:
+            return next_tokens(known.frontier, torch.tensor([prompt.ids]), None, None, request.sampling, request.k,
+                               tokenizer)
     one_token = LookaheadRequest(text=request.text, session=request.session, model_name=request.model_name,
                                  messages=request.messages, constraint=request.constraint, n_branches=1, depth=1,
                                  after=request.after, fit_tokens=0)
@@ -147,17 +156,22 @@ def prompt_of(request: LookaheadRequest | DistributionRequest | MultiverseReques
 
 
 def _distribution(run: _Run, sampling: Sampling, k: int, ids: list[int] | None = None) -> list[NextToken]:
-    """Entries for the k next tokens ranked by p_final, then p_base (or for the given `ids`).
+    """Entries for the k next tokens after the run's context (or for the given `ids`)."""
+    return next_tokens(run.result.next_token_logits, run.context, run.allowed, run.result.valid, sampling, k,
+                       run.tokenizer, ids)
 
-    With healing, probabilities are over the allowed tokens only.
-    """
-    logits = run.result.next_token_logits.float()
-    if run.allowed is not None:
-        logits = logits.masked_fill(~run.allowed, float("-inf"))
-    valid = run.result.valid
-    final = sampling.final_scores(run.context, logits[None], None if valid is None else valid[None])[0]
-    return distribution_entries(torch.log_softmax(logits, -1), torch.log_softmax(final, -1), k, run.tokenizer, ids,
-                                valid)
+
+def next_tokens(logits: torch.Tensor, context: torch.Tensor, allowed: torch.Tensor | None, valid: torch.Tensor | None,
+                sampling: Sampling, k: int, tokenizer: PreTrainedTokenizerBase,
+                ids: list[int] | None = None) -> list[NextToken]:
+    """Entries for the k next tokens ranked by p_final, then p_base (or for the given `ids`), from the logits (vocab,)
+    after `context` (1, T). With healing (`allowed`), probabilities are over the allowed tokens only; `valid`: what a
+    constraint allows."""
+    logits = logits.float()
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    final = sampling.final_scores(context, logits[None], None if valid is None else valid[None])[0]
+    return distribution_entries(torch.log_softmax(logits, -1), torch.log_softmax(final, -1), k, tokenizer, ids, valid)
 
 
 def _refused(run: _Run, sampling: Sampling, listed: list[NextToken], n: int = REFUSED_ROWS) -> list[NextToken]:

@@ -31,9 +31,9 @@ def run_comparison(stores: Stores, request: CompareRequest) -> ModelComparison:
     """Both models on the text: each one's listing of its tokens, the divergence before each token and at the
     caret where they read the same token ids (else per word), and each one's suggestions at the caret.
 
-    The joint pass reads all but the text's last token, which each model's distribution then reads over the cache it
-    left, as a call for that model alone would: so each token is read once per model, and each listing comes from the
-    rows kept with the caches, with no model work (where both models read the text in the same window)."""
+    The joint pass reads the whole text, so each token is read once per model: each listing comes from the rows kept
+    with the caches, and each distribution from the logits they keep after the last token, with no model work (where
+    both models read the text in the same window, at its end, with neither healing nor a constraint)."""
     asked = [model_requests(request, name) for name in request.models]
     keys = [scores.key for scores, _, _ in asked]
     (model_a, tokenizer), (model_b, tokenizer_b) = (load_model(name) for name in request.models)
@@ -42,7 +42,7 @@ def run_comparison(stores: Stores, request: CompareRequest) -> ModelComparison:
     if alike:
         limit = min(context_limit(model_a), context_limit(model_b))
         scored = read_scored_text(asked[0][0], tokenizer, limit)
-        kept = _compared(stores, request, keys, models, scored.ids[:-1] or scored.ids, vocab)
+        kept = _compared(stores, request, keys, models, scored.ids, vocab)
     distributions = [run_distribution(stores, next_tokens) for _, next_tokens, _ in asked]
     listings = tuple(run_scores(stores, scores).tokens for scores, _, _ in asked)
     branches = [run_lookahead(stores, branches).branches if request.n_branches else [] for _, _, branches in asked]
