@@ -13,6 +13,7 @@ import threading
 import time
 from types import SimpleNamespace
 
+import pytest
 import torch
 from transformers import DynamicCache
 
@@ -182,6 +183,52 @@ def test_lookaheads_with_precomputation_from_several_threads_equal_the_reference
     assert len(answers) == 3 * clicks
     for text, answer in answers:
         assert_matches_reference(answer, reference_lookahead(model, tokenizer, text, k, depth), k)
+
+
+def test_clicks_while_the_page_asks_maps_equal_the_reference_and_each_map_stops_or_is_right(embedded):
+    """Writers clicking while, as the page does, a map of futures is asked after each answer (yielding, over a copy
+    of the session's cache, stopped by the next click's text): every click's answer is the reference's, and every map
+    either stopped or equals the same map asked alone."""
+    model, tokenizer = embedded
+    k, depth, clicks = 3, 2, 4
+    answers: list[tuple[str, dict]] = []
+    maps: list[tuple[str, object]] = []
+
+    def writer(rng):
+        text = rng.choice(["The harbour at dawn was", "Her first letter began", "def parse(line):\n    return"])
+        session = f"mapped {rng.random()}"
+        mappers = []
+        for _ in range(clicks):
+            shown = inference.lookahead(text, k, depth, session=session, precompute=True)
+            answers.append((text, shown))
+
+            def mapping(text: str = text) -> None:
+                try:
+                    maps.append((text, inference.multiverse(text, 2, 0.1, session=session, yielding=True)))
+                except inference.Cancelled:
+                    maps.append((text, None))
+                except BaseException as error:  # noqa: BLE001 - asserted below, in the test's thread
+                    maps.append((text, error))
+
+            mappers.append(threading.Thread(target=mapping))
+            mappers[-1].start()
+            time.sleep(rng.random() * 0.3)  # reading: the precomputation and the map run, or are cut short
+            text += shown["branches"][rng.randrange(k)]["text"]
+        for mapper in mappers:
+            mapper.join(JOIN_SECONDS)
+            assert not mapper.is_alive(), "a map is still running: deadlocked"
+
+    run_threads([writer, writer], seed=11)
+    assert inference.backend().speculator.wait(JOIN_SECONDS)
+    assert len(answers) == 2 * clicks and len(maps) == 2 * clicks
+    for text, answer in answers:
+        assert_matches_reference(answer, reference_lookahead(model, tokenizer, text, k, depth), k)
+    for text, answer in maps:
+        assert not isinstance(answer, BaseException), answer
+        if answer is not None:
+            alone = inference.multiverse(text, 2, 0.1, session=f"map alone {text}")
+            assert [n["token_id"] for n in answer["nodes"]] == [n["token_id"] for n in alone["nodes"]]
+            assert [n["mass"] for n in answer["nodes"]] == pytest.approx([n["mass"] for n in alone["nodes"]], abs=1e-4)
 
 
 def test_constrained_lookaheads_from_several_threads_equal_the_same_calls_made_alone(embedded):
