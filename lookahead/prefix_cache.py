@@ -133,12 +133,6 @@ class PrefixCacheStore:
                 self.max_bytes = default_budget_bytes(cache.layers[0].keys.device)
             self._entries.put(key, Entry(tuple(token_ids), cache, list(continuations), scores))
 
-    def continuations(self, key: Hashable, token_ids: Sequence[int]) -> list[Continuation]:
-        """The known continuations of the session's entry if it holds exactly `token_ids`: what a request that runs
-        its last token again (and so takes the entry cut short) puts back beside its own."""
-        entry = self._entries.get(key)
-        return list(entry.continuations) if entry is not None and entry.ids == tuple(token_ids) else []
-
     def scoring(self, key: Hashable) -> bool:
         """Whether the session scores its tokens (its entry keeps their rows: the heatmap is shown)."""
         entry = self._entries.get(key)
