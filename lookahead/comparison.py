@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -21,12 +21,15 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from lookahead.chat import as_dicts, context_ids
 from lookahead.context import ScoredText
+from lookahead.healing import token_texts
 from lookahead.kv_cache import GrowableCache
 from lookahead.outputs import Branch, ComparedToken, ComparedWord, ModelComparison, NextCompared, NextToken, ScoredToken
 from lookahead.prefix_cache import Taken, common_prefix_length
 from lookahead.requests import CompareRequest, DistributionRequest, LookaheadRequest, ScoresRequest
-from lookahead.results import text_token_places
+from lookahead.results import text_tokens
 from lookahead.scoring import Scores, chunks, new_hidden, rows_through, score_logprobs, unscored
+
+JS_BLOCK_ROWS = 8  # rows of a chunk's divergences computed at once on a CPU (as fast from 2 to 16: bench_compare.py)
 
 
 @dataclass
@@ -63,11 +66,25 @@ def js_bits(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     """The Jensen–Shannon divergence, in bits, between matching rows of two log-distributions (..., vocab): half the
     KL divergence of each from their mean; 0 for equal rows, 1 for rows with no token in common. In float32, as
     the logits are (within 2e-7 bits of float64 over a 49k vocabulary, at a third of its time: a 3k-token
-    comparison computes 3k such rows)."""
-    p, q = logp.float().exp(), logq.float().exp()
-    log_mean = torch.log(0.5 * (p + q))
-    terms = torch.where(p > 0, p * (logp - log_mean), 0.0) + torch.where(q > 0, q * (logq - log_mean), 0.0)
-    return (0.5 * terms.sum(-1) / math.log(2)).clamp(min=0.0)
+    comparison computes 3k such rows).
+
+    On a CPU, JS_BLOCK_ROWS rows at a time in buffers made once: each fresh (rows x vocabulary) temporary of a
+    whole chunk is new memory the system zeroes page by page, which took 6 of every 7 parts of the time."""
+    shape, vocab = logp.shape[:-1], logp.shape[-1]
+    logp, logq = logp.float().reshape(-1, vocab), logq.float().reshape(-1, vocab)
+    rows = JS_BLOCK_ROWS if logp.device.type == "cpu" else max(len(logp), 1)
+    halves = torch.empty(len(logp), device=logp.device)  # each row's sum of p log(p/m) + q log(q/m)
+    p, q, log_mean, terms = torch.empty(4, min(rows, len(logp)), vocab, device=logp.device).unbind(0)
+    for first in range(0, len(logp), rows):
+        lp, lq = logp[first : first + rows], logq[first : first + rows]
+        n = len(lp)
+        torch.exp(lp, out=p[:n])
+        torch.exp(lq, out=q[:n])
+        torch.add(p[:n], q[:n], out=log_mean[:n]).mul_(0.5).log_()
+        torch.sub(lp, log_mean[:n], out=terms[:n]).mul_(p[:n]).nan_to_num_(0.0)  # NaN where p is 0: counts 0
+        torch.sub(lq, log_mean[:n], out=log_mean[:n]).mul_(q[:n]).nan_to_num_(0.0)
+        halves[first : first + n] = terms[:n].add_(log_mean[:n]).sum(-1)
+    return (0.5 * halves / math.log(2)).clamp(min=0.0).reshape(shape)
 
 
 @torch.inference_mode()
@@ -111,13 +128,38 @@ def compare_models(models: tuple[PreTrainedModel, PreTrainedModel], ids: torch.T
     return Comparison(token_ids, (rows[0], rows[1]), js, next_logprobs, float(js_bits(*next_logprobs)), caches)
 
 
-def compared_tokens(listings: tuple[list[ScoredToken], list[ScoredToken]], js: list[float | None],
-                    tops: list[list[str] | None]) -> list[ComparedToken]:
-    """One entry per token of the text, from both models' token_probabilities listings (one tokenizer: the same
-    tokens), the divergence before each and what each model would have written there instead (its first choice)."""
-    return [ComparedToken(a.token_id, a.token, a.start, a.end, [a.logprob, b.logprob], [a.rank, b.rank], divergence,
-                          top)
-            for a, b, divergence, top in zip(*listings, js, tops)]
+def compared_tokens(window: ScoredText, js: torch.Tensor, top: torch.Tensor,
+                    own: Sequence[tuple[ScoredText, Scores]], tokenizer: PreTrainedTokenizerBase,
+                    text_length: int) -> list[ComparedToken]:
+    """One entry per token of the text (as token_probabilities lists them; one tokenizer: the same tokens): each
+    model's log-probability and rank from `own`, its rows over the window its own context holds (as its listing:
+    each model's stay its own), and over `window`, the one both hold, the divergence before the token (`js` (N,))
+    and what each model would have written there instead (`top` (2, N), spelled). None where a window leaves the
+    token out, where nothing came before it, and where `js` is NaN. From plain lists: a 3k-token text is compared
+    on every click while the heatmap shows two models."""
+    encoding = window.encoding  # every window's: one text, one tokenizer
+    listed, spans = text_tokens(encoding["offset_mapping"], encoding["special_tokens_mask"], window.text_start,
+                                text_length)
+    columns = [(read.dropped, rows.logprob.tolist(), rows.rank.tolist()) for read, rows in own]
+    divergences, tops = js.tolist(), top.tolist()
+    vocabulary, ids = token_texts(tokenizer), encoding["input_ids"]
+    entries = []
+    for position, (start, end) in zip((i for i, ok in enumerate(listed) if ok), spans):
+        token_id, place = ids[position], position - window.dropped
+        logprob = [None if position < dropped or math.isnan(lp[position - dropped]) else lp[position - dropped]
+                   for dropped, lp, _ in columns]
+        rank = [None if lp is None else ranks[position - dropped] for lp, (dropped, _, ranks) in zip(logprob, columns)]
+        known = place >= 0 and not math.isnan(divergences[place])
+        entries.append(ComparedToken(token_id, vocabulary[token_id] if token_id < len(vocabulary) else "", start, end,
+                                     logprob, rank, divergences[place] if known else None,
+                                     [spelled(tokenizer, t[place]) for t in tops] if known else None))
+    return entries
+
+
+@functools.cache
+def spelled(tokenizer: PreTrainedTokenizerBase, token_id: int) -> str:
+    """A token as the writer reads it, decoded alone (kept: the same first choices come back on every click)."""
+    return tokenizer.decode([token_id])
 
 
 def word_units(text: str, listings: tuple[list[ScoredToken], list[ScoredToken]]) -> list[ComparedWord]:
@@ -177,29 +219,18 @@ def same_tokenizer(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bo
     return all(hasattr(t, "backend_tokenizer") for t in (a, b)) and pipeline(a) == pipeline(b)
 
 
-def at_tokens(scored: ScoredText, text_length: int, js: torch.Tensor, top: torch.Tensor,
-              spell: Callable[[int], str]) -> tuple[list[float | None], list[list[str] | None]]:
-    """The divergence before each of the text's tokens (as token_probabilities lists them) and each model's first
-    choice there, spelled, from `js` (N,) and `top` (2, N) over the window `scored` holds; None before the window and
-    where `js` is NaN."""
-    places = [position - scored.dropped
-              for position, _ in text_token_places(scored.encoding, scored.text_start, text_length)]
-    known = [place >= 0 and not math.isnan(js[place]) for place in places]
-    return ([float(js[place]) if ok else None for place, ok in zip(places, known)],
-            [[spell(int(top[m, place])) for m in range(2)] if ok else None for place, ok in zip(places, known)])
-
-
-def comparison_result(request: CompareRequest, listings: tuple[list[ScoredToken], list[ScoredToken]],
-                      distributions: list[list[NextToken]], branches: list[list[Branch]], js_over: int | None,
-                      compared: tuple[list[float | None], list[list[str] | None], float] | None) -> ModelComparison:
-    """compare's answer. `js_over`: how many top log-probabilities per model and position the divergences come from
-    (None: the whole vocabulary); `compared`: the divergence before each token and each model's first choice there
-    (`at_tokens`), and the divergence at the caret, where both models read the same token ids (None: they do not, and
-    the text is compared per word)."""
-    if compared is None:
-        per, tokens, words, next_js = "word", None, word_units(request.whole, listings), None
-    else:
-        js, tops, next_js = compared
-        per, tokens, words = "token", compared_tokens(listings, js, tops), None
-    return ModelComparison(list(request.models), per, js_over, tokens, words, NextCompared(distributions, next_js),
+def per_token(request: CompareRequest, tokens: list[ComparedToken], next_js: float,
+              distributions: list[list[NextToken]], branches: list[list[Branch]], js_over: int | None
+              ) -> ModelComparison:
+    """compare's answer where both models read the text as the same token ids. `js_over`: how many top
+    log-probabilities per model and position the divergences come from (None: the whole vocabulary)."""
+    return ModelComparison(list(request.models), "token", js_over, tokens, None, NextCompared(distributions, next_js),
                            branches)
+
+
+def per_word(request: CompareRequest, listings: tuple[list[ScoredToken], list[ScoredToken]],
+             distributions: list[list[NextToken]], branches: list[list[Branch]], js_over: int | None
+             ) -> ModelComparison:
+    """compare's answer where the models cut the text into other tokens: word by word, from each one's listing."""
+    return ModelComparison(list(request.models), "word", js_over, None, word_units(request.whole, listings),
+                           NextCompared(distributions, None), branches)

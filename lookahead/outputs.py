@@ -188,10 +188,9 @@ class AttributionProgress:
     of: int
 
 
-@dataclass(frozen=True)
-class ComparedToken:
+class ComparedToken(NamedTuple):
     """A token of the text under two models: each one's log-probability and rank, their divergence before it (bits),
-    and what each would have written there instead."""
+    and what each would have written there instead. A tuple, as ScoredToken: a compared text has thousands."""
 
     token_id: int
     token: str

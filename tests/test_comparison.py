@@ -195,6 +195,30 @@ def test_each_models_listing_comes_from_the_joint_pass_and_a_click_runs_only_its
                 [t["logprob"] for t in alone], abs=1e-4, nan_ok=True)
 
 
+def test_a_text_longer_than_a_models_context_is_compared_over_the_window_both_read(embedded, tiny_model_dirs):
+    """The divergences and first choices over the window both contexts hold; each model's log-probabilities and
+    ranks its own listing's (the embedded model reads the whole text)."""
+    names = [inference.default_model_name(), tiny_model_dirs["llama"]]  # the tiny Llama reads 64 tokens at most
+    text = " ".join(TEXTS[::2] * 3)
+    tokens = inference.compare(text, names, k=1, n_branches=0, session="window")["tokens"]
+    alone = [inference.token_probabilities(text, 1, model_name=name, session="window alone")["tokens"]
+             for name in names]
+    for m in range(2):
+        assert [(t["token_id"], t["token"], t["start"], t["end"]) for t in tokens] == [
+            (t["token_id"], t["token"], t["start"], t["end"]) for t in alone[m]]
+        assert [t["logprob"][m] for t in tokens] == pytest.approx([t["logprob"] for t in alone[m]], abs=1e-4)
+        assert [t["rank"][m] for t in tokens] == [t["rank"] for t in alone[m]]
+    dropped = next(i for i, t in enumerate(alone[1]) if t["logprob"] is not None) - 1
+    assert dropped > 0 and alone[0][1]["logprob"] is not None, "the text overflows the tiny model's context alone"
+    assert all(t["js"] is None and t["top"] is None for t in tokens[: dropped + 1])  # nothing before in the window
+    tokenizer = embedded[1]
+    window = torch.tensor([[t["token_id"] for t in tokens[dropped:]]])
+    rows = [reference(inference.load_model(name)[0], window, len(tokenizer)) for name in names]
+    for i, token in enumerate(tokens[dropped + 1 :], 1):
+        assert token["js"] == pytest.approx(js_reference(rows[0][i - 1], rows[1][i - 1]), abs=1e-4)
+        assert all(token["top"][m] in {tokenizer.decode([t]) for t in possible_tops(rows[m][i - 1])} for m in range(2))
+
+
 def test_no_branches_compares_the_text_alone(embedded, tiny_model_dirs):
     names = [inference.default_model_name(), tiny_model_dirs["llama"]]
     alone = inference.compare(TEXT, names, n_branches=0, session="text alone")

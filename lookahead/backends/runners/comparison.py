@@ -3,7 +3,6 @@ divergence between them, from one joint pass over each model's own session cache
 
 from __future__ import annotations
 
-import functools
 from dataclasses import replace
 
 import torch
@@ -14,26 +13,29 @@ from lookahead.backends.runners.branches import run_distribution, run_lookahead
 from lookahead.backends.runners.scores import run_scores
 from lookahead.comparison import (
     Comparison,
-    at_tokens,
     compare_models,
-    comparison_result,
+    compared_tokens,
     js_bits,
     model_requests,
+    per_token,
+    per_word,
     read_alike,
 )
-from lookahead.context import read_scored_text
+from lookahead.context import ScoredText, read_scored_text
 from lookahead.models import context_limit, load_model
 from lookahead.outputs import ModelComparison
 from lookahead.requests import CompareRequest, ScoresRequest
+from lookahead.scoring import Scores
 
 
 def run_comparison(stores: Stores, request: CompareRequest) -> ModelComparison:
     """Both models on the text: each one's listing of its tokens, the divergence before each token and at the
     caret where they read the same token ids (else per word), and each one's suggestions at the caret.
 
-    The joint pass reads the whole text, so each token is read once per model: each listing comes from the rows kept
-    with the caches, and each distribution from the logits they keep after the last token, with no model work (where
-    both models read the text in the same window, at its end, with neither healing nor a constraint)."""
+    The joint pass reads the whole text, so each token is read once per model: the tokens compared come from the
+    rows it keeps with the caches, and each distribution from the logits they keep after the last token, with no
+    model work (where both models read the text in the same window, at its end, with neither healing nor a
+    constraint)."""
     asked = [model_requests(request, name) for name in request.models]
     keys = [scores.key for scores, _, _ in asked]
     (model_a, tokenizer), (model_b, tokenizer_b) = (load_model(name) for name in request.models)
@@ -44,15 +46,16 @@ def run_comparison(stores: Stores, request: CompareRequest) -> ModelComparison:
         scored = read_scored_text(asked[0][0], tokenizer, limit)
         kept = _compared(stores, request, keys, models, scored.ids, vocab)
     distributions = [run_distribution(stores, next_tokens) for _, next_tokens, _ in asked]
-    listings = tuple(run_scores(stores, scores).tokens for scores, _, _ in asked)
     branches = [run_lookahead(stores, branches).branches if request.n_branches else [] for _, _, branches in asked]
-    compared = None
-    if alike:
-        whole = _completed(stores, request, keys, models, kept, scored.ids, vocab)
-        places = at_tokens(scored, len(request.whole), whole.js, whole.top, functools.partial(_spelled, tokenizer))
-        at_caret = whole.next_js if request.after is None else _js_at_caret(request, whole, models, tokenizer, limit)
-        compared = *places, at_caret
-    return comparison_result(request, listings, distributions, branches, None, compared)
+    if not alike:
+        listings = tuple(run_scores(stores, scores).tokens for scores, _, _ in asked)
+        return per_word(request, listings, distributions, branches, None)
+    whole = _completed(stores, request, keys, models, kept, scored.ids, vocab)
+    own = [_own_rows(stores, scores, model, loaded, scored, rows)
+           for (scores, _, _), model, loaded, rows in zip(asked, models, (tokenizer, tokenizer_b), whole.rows)]
+    tokens = compared_tokens(scored, whole.js, whole.top, own, tokenizer, len(request.whole))
+    at_caret = whole.next_js if request.after is None else _js_at_caret(request, whole, models, tokenizer, limit)
+    return per_token(request, tokens, at_caret, distributions, branches, None)
 
 
 def _compared(stores: Stores, request: CompareRequest, keys: list[tuple[str, str]],
@@ -87,6 +90,17 @@ def _completed(stores: Stores, request: CompareRequest, keys: list[tuple[str, st
     return whole
 
 
+def _own_rows(stores: Stores, request: ScoresRequest, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+              window: ScoredText, rows: Scores) -> tuple[ScoredText, Scores]:
+    """A model's rows over the window its own context holds, as its listing reads them: the joint pass's `rows`
+    over `window` where that is its window (the text fits both models' contexts), else its own reading."""
+    read = read_scored_text(request, tokenizer, context_limit(model))
+    if read.dropped == window.dropped:
+        return window, rows
+    run_scores(stores, request)
+    return read, stores.prefix_caches.scores(request.key, read.ids)
+
+
 def _js_at_caret(request: CompareRequest, compared: Comparison, models: tuple[PreTrainedModel, PreTrainedModel],
                  tokenizer: PreTrainedTokenizerBase, limit: int) -> float:
     """The divergence before the caret's next token: the whole text's, where the text before the caret is a run of
@@ -96,8 +110,3 @@ def _js_at_caret(request: CompareRequest, compared: Comparison, models: tuple[Pr
     if compared.ids[: len(before)] == before and len(before) < len(compared.ids):
         return float(compared.js[len(before)])
     return compare_models(models, torch.tensor([before]), len(tokenizer)).next_js
-
-
-@functools.cache
-def _spelled(tokenizer: PreTrainedTokenizerBase, token_id: int) -> str:
-    return tokenizer.decode([token_id])

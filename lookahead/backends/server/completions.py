@@ -49,13 +49,14 @@ from lookahead.backends.server.top_n import (
 )
 from lookahead.backends.server.wire import Context, NextTokens, Scored, ask_top_logprobs, by_index
 from lookahead.chat import as_dicts
-from lookahead.comparison import at_tokens, comparison_result, model_requests, read_alike
+from lookahead.comparison import compared_tokens, model_requests, per_token, per_word, read_alike
 from lookahead.constraints import Guide, MatcherStore
 from lookahead.context import ScoredText, follow_ids, read_prompt, read_scored_text, writer_ids
 from lookahead.models import load_tokenizer, stop_tokens
 from lookahead.multiverse import Dist, Node, expand
 from lookahead.outputs import (
     Attribution,
+    ComparedToken,
     Continuation,
     ModelComparison,
     Multiverse,
@@ -270,16 +271,14 @@ class CompletionsBackend(Connections):
         from their top N log-probabilities (`js_over`: N), a lower bound of the whole distributions'."""
         asked = [model_requests(request, name) for name in request.models]
         scored = [self._scores(scores) for scores, _, _ in asked]
-        listings = (scored[0].result.tokens, scored[1].result.tokens)
         distributions = [self.distribution(distribution) for _, distribution, _ in asked]
         branches = [self.lookahead(lookahead).branches if request.n_branches else [] for _, _, lookahead in asked]
         tokenizers = (load_tokenizer(request.models[0]), load_tokenizer(request.models[1]))
-        compared = (
-            self._compared(request, [scores for scores, _, _ in asked], scored)
-            if read_alike(tokenizers, request)
-            else None
-        )
-        return comparison_result(request, listings, distributions, branches, self.logprobs, compared)
+        if not read_alike(tokenizers, request):
+            listings = (scored[0].result.tokens, scored[1].result.tokens)
+            return per_word(request, listings, distributions, branches, self.logprobs)
+        tokens, at_caret = self._compared(request, [scores for scores, _, _ in asked], scored)
+        return per_token(request, tokens, at_caret, distributions, branches, self.logprobs)
 
     def multiverse(self, request: MultiverseRequest, yielding: bool = False) -> Multiverse:
         """The map of futures, grown as in-process (`lookahead/multiverse.py`'s `expand`) from the server's top N
@@ -387,14 +386,15 @@ class CompletionsBackend(Connections):
             ),
             scored,
             positions,
+            rows,
         )
 
     def _compared(
         self, request: CompareRequest, scores: list[ScoresRequest], scored: list[Scored]
-    ) -> tuple[list[float | None], list[list[str] | None], float]:
+    ) -> tuple[list[ComparedToken], float]:
         """Over the context both models hold (a model whose own holds more of the text is asked again over the
-        shorter one): the divergence before each token and each model's first choice there, and the divergence at
-        the caret, from each one's top N log-probabilities."""
+        shorter one): each token under both, the divergence before it and each model's first choice there, and the
+        divergence at the caret, from each one's top N log-probabilities."""
         limit = min(self._model(name).max_model_len for name in request.models)
         shared = [
             read if self._model(ask.model).max_model_len == limit else self._scores(ask, limit)
@@ -410,8 +410,9 @@ class CompletionsBackend(Connections):
         )
         top = torch.tensor([[0, *map(first_choice, positions[1:])] for positions in (a, b)])
         tokenizer = load_tokenizer(request.models[0])
+        own = [(read.text, read.rows) for read in scored]
         return (
-            *at_tokens(window, len(request.whole), js, top, lambda token: tokenizer.decode([token])),
+            compared_tokens(window, js, top, own, tokenizer, len(request.whole)),
             self._js_at_caret(request, window, js, limit),
         )
 

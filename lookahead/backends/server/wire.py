@@ -18,6 +18,7 @@ from lookahead.backends.server.top_n import Position
 from lookahead.constraints import Guide
 from lookahead.context import ScoredText
 from lookahead.outputs import TokenScores
+from lookahead.scoring import Scores
 
 COMPLETIONS = "/completions"
 AskLogprobs = Callable[[int], dict]  # the request fields asking that many log-probabilities per position
@@ -44,6 +45,7 @@ class Scored(NamedTuple):
     result: TokenScores
     text: ScoredText  # the text as tokenized, and the window the server read
     positions: list[Position | None]  # the server's log-probabilities at each position of that window
+    rows: Scores  # the rows the answer was built from, one per token of that window
 
 
 class NextTokens(NamedTuple):
