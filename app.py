@@ -115,13 +115,12 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
         context = Controls(Context, chat_mode=chat.mode, system_prompt=chat.system_prompt,
                            conversation=chat.state, model_name=model)
         constraints = Controls(Constraints, constraint=constrain.state, stops=continuation.stops)
-        settings = Controls(Settings, shape=sampling.shape, sampling=sampling.sampling, context=context,
-                            constraints=constraints, view=heatmap.controls)
+        knobs = dict(shape=sampling.shape_box, sampling=sampling.sampling_box)  # the panel's values, as mirrored
+        settings = Controls(Settings, **knobs, context=context, constraints=constraints, view=heatmap.controls)
         refresh = suggestions.wire(wiring, writer, settings)
         other = Controls(Context, chat_mode=chat.mode, system_prompt=chat.system_prompt, conversation=chat.state,
                          model_name=compare.other)
-        second.wire(wiring, writer, Controls(Settings, shape=sampling.shape, sampling=sampling.sampling,
-                                             context=other, constraints=constraints, view=None))
+        second.wire(wiring, writer, Controls(Settings, **knobs, context=other, constraints=constraints, view=None))
         second.follow(suggestions)
         compare.wire(wiring, model, second)
         writer.wire(wiring, refresh)
@@ -137,16 +136,16 @@ def build_page(compare_with: str | None = None) -> tuple[gr.Blocks, dict]:
             "futures_by_second": futures.colour_by_second,
         })
         constrain.wire(wiring, refresh)
-        history.wire(wiring, demo, refresh, kept, restored=[compare.shown, constrain.restored])
+        sampling.wire(wiring, refresh)
+        history.wire(wiring, demo, refresh, kept, restored=[compare.shown, constrain.restored, sampling.mirrored])
         chat.wire(wiring, refresh)
         continuation.wire(wiring, writer.draft, context, constraints, refresh)
         heatmap.wire(wiring, context, refresh)
         ledger.wire(wiring, context)
         why.wire(wiring, suggestions.plot, heatmap.view, context)
-        futures.wire(wiring, writer.draft, Controls(Settings, shape=sampling.shape, sampling=sampling.sampling,
-                                                    context=context, constraints=constraints, view=None),
+        futures.wire(wiring, writer.draft, Controls(Settings, **knobs, context=context, constraints=constraints,
+                                                    view=None),
                      compare.other, suggestions.answered, refresh)
-        sampling.wire(wiring, refresh)
         model.input(**refresh)
         demo.load(None, None, None, js=FOLD_ON_PHONE_JS)
         demo.load(handled(server_limits), None,

@@ -3,6 +3,7 @@
 import json
 import math
 import re
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,7 +30,7 @@ from lookahead.outputs import (
 )
 from lookahead.sampling import Sampling
 from ui.chat import awaiting_user, messages_for, with_user_message
-from ui.controls import Draft
+from ui.controls import BranchShape, Draft, as_group
 from ui.errors import handled
 from ui.heatmap import Listing
 from ui.insertion import caret_in, joined
@@ -313,13 +314,21 @@ def test_an_export_names_its_format_and_an_import_reads_any_format_saying_what_i
 
 def test_presets_round_trip_through_the_controls():
     def matching(branch_mode: str = "greedy", **settings) -> str:
-        return matching_preset(Sampling(**settings), branch_mode)["preset"]
+        return matching_preset(Sampling(**settings), BranchShape(4, 2, branch_mode, seed=7))["preset"]
 
     for name in ("greedy", "balanced", "creative"):
         values = apply_preset(name)
         assert matching(values["branch_mode"], **values["sampling"].as_dict()) == name
     assert matching(temperature=0.33) == "custom"
     assert matching(presence_penalty=0.5) == "custom", "a presence penalty is no preset's"
+
+
+def test_the_sampling_panels_values_read_from_its_json_boxes_as_the_handlers_take_them():
+    assert as_group(asdict(BranchShape(4, 2, seed=7)), BranchShape) == BranchShape(4, 2, seed=7)
+    assert as_group({"temperature": 0.7, "top_p": 0.9}, Sampling) == Sampling(temperature=0.7, top_p=0.9)
+    with pytest.raises(ValueError):
+        as_group({"temperature": -1.0}, Sampling)  # checked as the sliders' values are
+    assert as_group({"a": 1}, dict) == {"a": 1} and as_group(None, Sampling) is None
 
 
 def test_a_cut_branch_says_so():

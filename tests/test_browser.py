@@ -134,6 +134,25 @@ def test_a_number_typed_into_a_sliders_box_applies_on_enter(page):
         expect(number).to_be_focused()
 
 
+def test_a_branch_taken_at_once_after_a_setting_changes_is_answered_with_that_setting(page):
+    box = page.locator("#text textarea")
+    text = box.input_value()
+    expect_suggestions_for(page, text)
+    number = page.locator("input[type=number][aria-label='number input for Branches']")
+    number.fill("2")
+    number.press("Enter")
+    page.locator("#branch-0").click()  # before the refresh the setting asks for has answered
+    expect(box).not_to_have_value(text)
+    taken = box.input_value()
+    expected = inference.lookahead.typed(taken, 2, 3, session="browser-setting")
+    expect(page.locator("#branch-2")).to_be_hidden()
+    for i, branch in enumerate(expected.branches):
+        expect(page.locator(f"#branch-{i}")).to_have_text(branch_label(branch, expected.lead))
+    number.fill("5")  # the tests after this one share the page
+    number.press("Enter")
+    expect_suggestions_for(page, taken)
+
+
 def test_branches_after_a_lead_show_the_choice_and_the_plot_names_the_lead(page):
     text = "The keeper climbed the stairs of the old lighthouse every night. " * 4 + "The keeper climbed the"
     type_text(page, text)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Generic, TypeVar
 
 from gradio.components import Component
@@ -145,14 +145,22 @@ class Controls(Generic[Group]):
             yield from source if isinstance(source, Controls) else [] if source is None else [source]
 
     def read(self, page: Mapping[Component, Any]) -> Group:
-        """The group's value from the page's values, by component (a nested group read as its own value)."""
+        """The group's value from the page's values, by component (a nested group read as its own value, a JSON
+        box holding a group's fields as that group)."""
+        hints = typing.get_type_hints(self.group)
         return self.group(**{name: source.read(page) if isinstance(source, Controls)
-                             else None if source is None else page[source]
+                             else None if source is None else as_group(page[source], hints[name])
                              for name, source in self.components.items()})
 
     def update(self, values: Mapping[str, Any]) -> dict[Component, Any]:
         """A handler's answer setting these fields (by name) to these values; the other fields stay as they are."""
         return {self.components[name]: value for name, value in values.items()}
+
+
+def as_group(value: Any, kind: Any) -> Any:
+    """`value` as `kind` where `kind` is one of these groups and `value` its fields by name (a JSON box's: the
+    sampling panel's values, which the browser mirrors into such boxes); else `value`."""
+    return kind(**value) if isinstance(value, dict) and isinstance(kind, type) and is_dataclass(kind) else value
 
 
 def by_name(fn: Callable, inputs: Mapping[str, Component | Controls]) -> tuple[Callable, list[Component]]:
@@ -175,7 +183,7 @@ def by_name(fn: Callable, inputs: Mapping[str, Component | Controls]) -> tuple[C
 
     def arguments(values: tuple) -> dict[str, Any]:
         page = dict(zip(components, values))
-        named = {name: source.read(page) if isinstance(source, Controls) else page[source]
+        named = {name: source.read(page) if isinstance(source, Controls) else as_group(page[source], hints.get(name))
                  for name, source in inputs.items()}
         filled = dict(zip((parameter.name for parameter in filled_by_gradio), values[len(components):]))
         return named | filled

@@ -3,6 +3,9 @@ branches grow, and presets that set them together."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
+
 import gradio as gr
 
 import custom_llm_inference as inference
@@ -20,10 +23,20 @@ def apply_preset(name: str) -> Update:
     return {"sampling": sampling, "branch_mode": mode}
 
 
-def matching_preset(sampling: Sampling, branch_mode: str) -> Update:
+def matching_preset(sampling: Sampling, shape: BranchShape) -> Update:
     """The preset the sampling controls now hold, or "custom"."""
-    matching = (name for name, preset in inference.PRESETS.items() if preset == (sampling, branch_mode))
+    matching = (name for name, preset in inference.PRESETS.items() if preset == (sampling, shape.branch_mode))
     return {"preset": next(matching, "custom")}
+
+
+def mirror_js(groups: dict[str, list[str]]) -> str:
+    """An event's js= that answers, for each group of `groups` (its field names, the event's inputs in order), one
+    value: the fields by name, as a JSON box holds them."""
+    return f"""(...values) => {{
+  const groups = {json.dumps(list(groups.values()))};
+  let next = 0;
+  return groups.map((names) => Object.fromEntries(names.map((name) => [name, values[next++]])));
+}}"""
 
 
 def slider(name: str) -> gr.Slider:
@@ -49,14 +62,25 @@ class SamplingPanel:
         self.sampling = Controls(Sampling, **self.sliders)
         self.shape = Controls(BranchShape, n_branches=self.n_branches, depth=self.depth,
                               branch_mode=self.branch_mode, seed=self.seed, by_fit=self.by_fit)
+        # What every other event reads of this panel: its values as two JSON boxes, which the browser sets from the
+        # controls as they change (mirror_js), so that no event of the server takes the dozen controls. Gradio's
+        # page work per event grows with the components that ever were an input of one (each one's loading status
+        # is updated at every message of every event).
+        self.sampling_box = gr.JSON(asdict(Sampling()), visible="hidden", elem_id="sampling-box")
+        self.shape_box = gr.JSON(asdict(BranchShape(5, 3)), visible="hidden", elem_id="shape-box")
 
     def slots(self) -> dict:
         return {"preset": self.preset, "branch_mode": self.branch_mode, "sampling": self.sampling}
 
     def wire(self, wiring: Wiring, refresh: dict) -> None:
-        self.preset.input(**wiring.handler(apply_preset, dict(name=self.preset),
-                                           ["sampling", "branch_mode"])).then(**refresh)
-        gr.on([*(s.release for s in self.sliders.values()), self.branch_mode.input],
-              **wiring.handler(matching_preset, dict(sampling=self.sampling, branch_mode=self.branch_mode),
-                               ["preset"])).then(**refresh)
-        gr.on([self.n_branches.release, self.depth.release, self.seed.submit, self.by_fit.input], **refresh)
+        controls = [*self.sampling, *self.shape]
+        self.mirrored = dict(fn=None, inputs=controls, outputs=[self.sampling_box, self.shape_box],
+                             js=mirror_js({"sampling": list(self.sampling.components),
+                                           "shape": list(self.shape.components)}))
+        self.preset.input(**wiring.handler(apply_preset, dict(name=self.preset), ["sampling", "branch_mode"])
+                          ).then(**self.mirrored).then(**refresh)
+        mirrored = gr.on([*(s.release for s in self.sliders.values()), self.branch_mode.input, self.n_branches.release,
+                          self.depth.release, self.seed.submit, self.by_fit.input], **self.mirrored)
+        mirrored.then(**wiring.handler(matching_preset, dict(sampling=self.sampling_box, shape=self.shape_box),
+                                       ["preset"]))
+        mirrored.then(**refresh)
