@@ -1,5 +1,6 @@
 """The UI's own logic, without a browser."""
 
+import asyncio
 import json
 import math
 import re
@@ -48,6 +49,7 @@ from ui.panels.suggestions import (
 from ui.panels.writer import append_text
 from ui.render import branch_label, caret_marker, distribution_plot, first_word, insertion, tree_view, visible
 from ui.turns import send_reply
+from ui.wiring import Wiring
 
 AT_NODE = ("text_box", "conversation_state", "conversation_view", "history_state")
 
@@ -669,3 +671,26 @@ def test_continue_refuses_more_tokens_than_the_page_offers():
     with pytest.raises(gr.Error, match=f"1 to {MAX_PAGE_TOKENS}"):
         next(continue_text(Draft("The cat", "", "0"), 1000, True, History.start("The cat", "m"), context,
                            Constraints(None, None), None))
+
+
+def test_a_page_event_sends_what_gradios_own_processing_would():
+    """The page's events turn gradio's pre- and postprocessing off (a worker-thread hop per component): each answer is
+    postprocessed in the handler instead, and gradio's own path, run over the same answer, sends the same."""
+    with gr.Blocks() as demo:
+        status, chat, text = gr.Markdown(), gr.Chatbot(), gr.Textbox()
+        buttons, conversation, trigger = [gr.Button(), gr.Button()], gr.State(), gr.Button()
+        slots = dict(status=status, conversation_view=chat, text_box=text, branches=buttons,
+                     conversation_state=conversation)
+        turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello **there**"}]
+        answer = {"status": "  **3 branches**\n", "conversation_view": turns, "text_box": "Once",
+                  "branches": [gr.update(value="a", visible=True)], "conversation_state": turns}
+        listener = Wiring(slots).handler(lambda: answer, {}, list(slots))
+        ours = trigger.click(**listener)
+        raw = {status: answer["status"], chat: turns, text: "Once", buttons[0]: answer["branches"][0],
+               buttons[1]: gr.update(visible=False), conversation: turns}
+        own = trigger.click(lambda: raw, None, listener["outputs"])  # gradio's postprocessing, as by default
+    assert listener["preprocess"] is False and listener["postprocess"] is False
+    sent = [asyncio.run(demo.postprocess_data(demo.fns[event["id"]], demo.fns[event["id"]].fn(), None))
+            for event in (ours, own)]
+    assert sent[0] == sent[1]
+    assert sent[0][listener["outputs"].index(status)] == "**3 branches**"  # gradio's Markdown strips it

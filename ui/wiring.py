@@ -14,7 +14,9 @@ from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 import gradio as gr
+from gradio.blocks import Block
 from gradio.components import Component
+from gradio.data_classes import GradioModel, GradioRootModel
 
 import custom_llm_inference as inference
 from ui.controls import Controls, by_name
@@ -168,11 +170,12 @@ class Wiring:
                                      while_long=while_continuing, arriving=cancel_fit if cancels_fit else None,
                                      inputs=components)
         # preprocess=False: the page's values reach the handler as the browser sent them (text, numbers, choices'
-        # values, JSON boxes: what gradio's preprocessing would give, and the handlers check them). Gradio would
-        # preprocess each input in a worker thread of its own, a hop per input, each waiting its turn on the cores
-        # beside any model work under way: up to tens of milliseconds per click on two cores.
+        # values, JSON boxes: what gradio's preprocessing would give, and the handlers check them); postprocess=False:
+        # the answers are postprocessed in the handler's thread (_postprocessed). Gradio would process each input and
+        # each output in a worker thread of its own, a hop each, each waiting its turn on the cores beside any model
+        # work under way: up to tens of milliseconds per click on two cores.
         return {"fn": fn, "inputs": components, "outputs": self.components(outputs), "api_visibility": "private",
-                "concurrency_id": "interact", "preprocess": False, **options}
+                "concurrency_id": "interact", "preprocess": False, "postprocess": False, **options}
 
     def components(self, names: Iterable[str]) -> list[Component]:
         """The components behind these slots, a row's each."""
@@ -206,6 +209,23 @@ def _answering(fn: Callable, outputs: Mapping[str, Slot]) -> Callable:
                 answer |= slot.update(asdict(value) if is_dataclass(value) else value)
             else:
                 answer[slot] = value
-        return answer
+        return {component: _postprocessed(component, value) for component, value in answer.items()}
 
     return shaped_like(fn, lambda *args, **kwargs: map(components, answers_of(fn, *args, **kwargs)))
+
+
+def _postprocessed(component: Component, value: object) -> object:
+    """`value` as gradio's postprocessing would send it to `component`'s page, done here, in the handler's own thread
+    (the events set postprocess=False): gradio would hop to a worker thread per output, each hop waiting its turn on
+    the cores beside any model work under way. A state's value stays in the session; an update's other properties are
+    gradio's to send."""
+    if component.stateful or isinstance(value, Block):
+        return value
+    if isinstance(value, dict) and "__type__" in value:
+        return {**value, "value": _sent(component, value["value"])} if "value" in value else value
+    return _sent(component, value)
+
+
+def _sent(component: Component, value: object) -> object:
+    sent = component.postprocess(value)
+    return sent.model_dump() if isinstance(sent, (GradioModel, GradioRootModel)) else sent
