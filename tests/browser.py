@@ -35,6 +35,16 @@ def type_text(page, text: str) -> None:
     box.press_sequentially(text[-1])
 
 
+def choose(page, dropdown: str, label: str) -> None:
+    """Pick `label` in the dropdown `dropdown` (a selector) from the keyboard, as a writer can: gradio places the
+    open list where the box was when it opened, so a click on an option misses when the page moved since."""
+    box = page.locator(f"{dropdown} input")
+    box.click()
+    box.fill(label)
+    box.press("Enter")
+    expect(box).to_have_value(label)
+
+
 def expect_suggestions_for(page, text: str, messages: list[dict] | None = None, model_name: str | None = None,
                            panel: str = "") -> dict:
     """Wait until the page shows the engine's suggestions for `text` (in chat mode, after `messages`), in the

@@ -11,6 +11,7 @@ from browser import (  # skips without chromium
     CHROMIUM,
     CHROMIUM_ARGS,
     SCREENSHOT,
+    choose,
     expect_suggestions_for,
     type_text,
     wait_for,
@@ -337,12 +338,10 @@ def test_switching_the_model_keeps_the_text_and_suggests_from_the_new_one(page, 
     type_text(page, text)
     expect_suggestions_for(page, text)
     tiny = tiny_model_dirs["llama"]
-    page.locator("#model input").click()
-    page.get_by_role("option", name=tiny, exact=True).click()
+    choose(page, "#model", tiny)
     expect_suggestions_for(page, text, model_name=tiny)
     expect(page.locator("#status")).to_contain_text(tiny)
-    page.locator("#model input").click()
-    page.get_by_role("option", name=inference.default_model_name(), exact=True).click()
+    choose(page, "#model", inference.default_model_name())
     expect_suggestions_for(page, text)
 
 
@@ -351,8 +350,7 @@ def test_the_constrain_panel_makes_branches_the_plot_and_continue_obey(page):
     type_text(page, text)
     expect_suggestions_for(page, text)
     page.locator("#constrain-panel").get_by_text("Constrain", exact=True).first.click()
-    page.locator("#constraint-preset input").click()
-    page.get_by_role("option", name="yes / no / maybe").click()
+    choose(page, "#constraint-preset", "yes / no / maybe")
     expect(page.locator("#constraint-value textarea")).to_have_value("yes\nno\nmaybe")
     page.locator("#text textarea").evaluate(
         "el => { el.focus(); el.setSelectionRange(el.value.length, el.value.length); }")
@@ -527,8 +525,7 @@ def test_a_long_paste_answers_at_once_labelled_partial_then_exactly(page, monkey
 def test_an_export_as_loom_is_named_so_and_reads_back_and_a_loom_file_replaces_the_tree(page):
     taken = write_and_take_the_first_branch(page, "Exported as loom:")
     session = wait_for_stored_text(page, taken)
-    page.locator("#export-format input").click()
-    page.get_by_role("option", name="loom", exact=True).click()
+    choose(page, "#export-format", "loom")
     with page.expect_download() as download:
         page.locator("#export").click()
     assert download.value.suggested_filename == "history.loom.json"
@@ -548,5 +545,4 @@ def test_an_export_as_loom_is_named_so_and_reads_back_and_a_loom_file_replaces_t
     expect(page.get_by_text("Read a loom tree of 5 nodes")).to_be_visible()
     expect(page.locator("#tree")).to_contain_text("lamp.")
     assert wait_for_stored_text(page, current).text == current
-    page.locator("#export-format input").click()
-    page.get_by_role("option", name=FORMAT_LABELS[OWN], exact=True).click()
+    choose(page, "#export-format", FORMAT_LABELS[OWN])

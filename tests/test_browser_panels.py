@@ -8,7 +8,14 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 import custom_llm_inference as inference
-from browser import CHROMIUM, CHROMIUM_ARGS, expect_suggestions_for, inserted_at, type_text  # skips without chromium
+from browser import (  # skips without chromium
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    choose,
+    expect_suggestions_for,
+    inserted_at,
+    type_text,
+)
 
 TEXT = "The keeper lit the lamp and"
 SHOTS = Path(__file__).resolve().parents[1] / "screenshots"
@@ -33,11 +40,6 @@ def browser():
         launched.close()
 
 
-def choose_second_model(page, name: str) -> None:
-    page.locator("#compare-model input").click()
-    page.get_by_role("option", name=name, exact=True).click()
-
-
 def test_a_second_model_chosen_answers_beside_the_first_and_either_ones_branch_goes_in(app_url, browser,
                                                                                        tiny_model_dirs):
     url, panels = app_url
@@ -47,7 +49,7 @@ def test_a_second_model_chosen_answers_beside_the_first_and_either_ones_branch_g
     expect(page.locator("#suggestions-2")).to_be_hidden()
     type_text(page, TEXT)
     first = expect_suggestions_for(page, TEXT)
-    choose_second_model(page, tiny)
+    choose(page, "#compare-model", tiny)
     beside = expect_suggestions_for(page, TEXT, model_name=tiny, panel="-2")
     expect(page.locator("#plot-heading-2")).to_contain_text(tiny)
     expect(page.locator("#plot-heading")).to_contain_text(inference.default_model_name())
@@ -65,7 +67,7 @@ def test_a_second_model_chosen_answers_beside_the_first_and_either_ones_branch_g
     expect_suggestions_for(page, again)
     expect_suggestions_for(page, again, model_name=tiny, panel="-2")
     expect(page.locator("body.suggestions-stale, body.suggestions-stale-2")).to_have_count(0)
-    choose_second_model(page, "nothing")
+    choose(page, "#compare-model", "nothing")
     expect(page.locator("#suggestions-2")).to_be_hidden()
     expect(page.locator("#plot-heading")).not_to_contain_text(inference.default_model_name())
 
@@ -102,7 +104,7 @@ def test_the_heatmap_colours_the_text_by_where_the_two_models_part(app_url, brow
     page.get_by_label("where the models part").click()  # not check(): the page may turn it back before it looks
     expect(page.locator(".toast-body.warning")).to_contain_text("Choose a model to compare with first")
     expect(page.get_by_label("probability")).to_be_checked()  # meanwhile the first model's colours
-    choose_second_model(page, tiny)
+    choose(page, "#compare-model", tiny)
     page.get_by_label("where the models part").check()
     compared = inference.compare(TEXT, [inference.default_model_name(), tiny], k=1, n_branches=0, session="expected")
     expect(page.locator("#heatmap")).to_contain_text("part most")
@@ -127,7 +129,7 @@ def test_on_a_phone_the_second_panel_comes_under_the_first(app_url, browser, tin
     page.goto(url)
     type_text(page, TEXT)
     expect_suggestions_for(page, TEXT)
-    choose_second_model(page, tiny)
+    choose(page, "#compare-model", tiny)
     expect_suggestions_for(page, TEXT, model_name=tiny, panel="-2")
     one, two = (page.locator(f"#suggestions{panel}").bounding_box() for panel in ("", "-2"))
     assert two["y"] >= one["y"] + one["height"] - 1, "one under the other"

@@ -13,6 +13,7 @@ from browser import (  # skips without chromium
     CHROMIUM_ARGS,
     SCREENSHOT,
     caret_line,
+    choose,
     expect_suggestions_for,
     inserted_at,
     samples,
@@ -125,8 +126,7 @@ def test_a_date_after_a_word_begins_with_its_space(page):
     expect_suggestions_for(page, text)
     panel = page.locator("#constrain-panel")
     panel.locator("> .label-wrap").click()
-    panel.locator("#constraint-preset input").click()
-    page.get_by_role("option", name="a date (YYYY-MM-DD)").click()
+    choose(page, "#constraint-preset", "a date (YYYY-MM-DD)")
     expect(page.locator("#constraint-value textarea")).to_have_value(re.compile(r"^ \?"))
     page.locator("#text textarea").press("End")
     page.locator("#constrain").click()
