@@ -6,7 +6,8 @@ f = log p(target | context) at the last position, as a function of the input emb
   integrated_gradients  ‖e_i ⊙ (1/m) Σ_{k=1..m} ∂f/∂e_i at (k/m)·e‖₂   (zero baseline, m steps)
   attention             the last position's attention weights to each position, averaged over layers and heads
 Scores are normalised to sum to 1. A gradient costs a forward and a backward over the whole window (no
-KV cache helps), so callers bound the window; integrated gradients runs its m points a few at a time.
+KV cache helps), so callers bound the window; integrated gradients runs its m points a few at a time, and on a CPU
+a long window's attention runs in blocks of query rows (a long job yields to clicks between module calls).
 Attention weights need the eager attention path: the model switches to it for that one forward.
 """
 
@@ -16,6 +17,8 @@ import threading
 from collections.abc import Generator
 
 import torch
+from torch.nn.functional import scaled_dot_product_attention
+from torch.overrides import TorchFunctionMode
 from transformers import PreTrainedModel
 
 METHODS = ("saliency", "input_x_gradient", "integrated_gradients", "attention")
@@ -24,6 +27,11 @@ IG_BATCH = 4  # integrated-gradients points per forward/backward at most (memory
 # click waits for the rest of one (a linear layer over this many rows: tens of ms on a 2-core CPU, where four points
 # of a 2,048-token window took a click 1.2x its time alone).
 IG_ROWS = 2048
+# Query rows x keys one attention call of a gradient pass covers at most. The backward of one layer's attention over a
+# 2,048-token window is a single kernel of ~120 ms on a 2-core CPU, which a click arriving meanwhile shares the cores
+# with; in blocks of 256 query rows each backward is a module call of its own (at most ~30 ms, as long as a linear
+# layer's), between which a sliced job yields (lookahead/scheduler.py).
+ATTENTION_PAIRS = 256 * 2048
 _eager = threading.Lock()  # one attention-weights forward at a time switches the model's attention path
 
 
@@ -72,9 +80,50 @@ def _gradient(model: PreTrainedModel, points: torch.Tensor, target: int) -> torc
     """∂ log p(target) / ∂ points for each row of `points` (B, n, d). Grad mode is set here, not around a
     `yield`: a generator may resume in another thread, whose grad mode is its own."""
     points = points.detach().requires_grad_(True)
-    with torch.enable_grad():
+    with torch.enable_grad(), _AttentionInBlocks():
         (grad,) = torch.autograd.grad(_log_prob(model, points, target).sum(), points)
     return grad
+
+
+class _AttentionRows(torch.nn.Module):
+    """The attention of one block of query rows: a module call, so a sliced job checks in before its forward and
+    again once its backward is done."""
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                **options) -> torch.Tensor:
+        return scaled_dot_product_attention(query, key, value, attn_mask=mask, **options)
+
+
+class _AttentionInBlocks(TorchFunctionMode):
+    """In this thread, every long attention call on the CPU (queries x keys above ATTENTION_PAIRS) runs as blocks of
+    query rows, each seeing the keys its rows may see: the same result up to rounding. (On a GPU the calls only
+    queue kernels: a block would not shorten the wait for them.)"""
+
+    rows = _AttentionRows()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is not scaled_dot_product_attention:
+            return func(*args, **kwargs)
+        query, key, value, *rest = args
+        options = dict(zip(("attn_mask", "dropout_p", "is_causal", "scale"), rest)) | kwargs
+        mask, causal = options.pop("attn_mask", None), options.pop("is_causal", False)
+        n_queries, n_keys = query.shape[-2], key.shape[-2]
+        block = max(1, ATTENTION_PAIRS // n_keys)
+        if n_queries <= block or options.get("dropout_p") or query.device.type != "cpu":  # a GPU's kernels are queued
+            return func(query, key, value, attn_mask=mask, is_causal=causal, **options)
+        outputs = []
+        for start in range(0, n_queries, block):
+            end = min(start + block, n_queries)
+            if causal:  # row i sees keys 0..i, as torch's is_causal means it
+                seen = min(end, n_keys)
+                block_mask = torch.ones(end - start, seen, dtype=torch.bool, device=query.device).tril(start)
+                outputs.append(self.rows(query[..., start:end, :], key[..., :seen, :], value[..., :seen, :],
+                                         block_mask, **options))
+            else:
+                block_mask = None if mask is None else mask[..., start:end, :]
+                outputs.append(self.rows(query[..., start:end, :], key, value, block_mask, **options))
+        return torch.cat(outputs, dim=-2)
 
 
 def _gradients(

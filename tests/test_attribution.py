@@ -6,8 +6,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import custom_llm_inference as inference
+from lookahead import attribution
 from lookahead.models import model_source
 from lookahead.requests import AttributionRequest
+from lookahead.scheduler import before_every_module_call
 
 TEXT = "The old lighthouse keeper climbed the stairs and"
 TOLERANCE = 1e-3
@@ -53,6 +55,29 @@ def test_scores_equal_an_independent_computation(model_name, method):
     assert sum(t["score"] for t in result["tokens"]) == pytest.approx(1.0, abs=1e-5)
     assert model.config._attn_implementation != "eager" or method != "attention", (
         "the model's attention path is restored")
+
+
+def test_a_long_window_attends_in_blocks_of_rows_each_a_slice_of_its_own(model_name, monkeypatch):
+    """A sliced job yields between module calls; one attention over a long window would be one call, forward and
+    backward. In blocks of query rows the scores are those of the whole attention, and each block is a slice."""
+    model, tokenizer = inference.load_model(model_name)
+    ids = tokenizer(TEXT)["input_ids"]
+    with torch.no_grad():
+        target = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+
+    def sliced(pairs: int) -> tuple[torch.Tensor, int]:
+        monkeypatch.setattr(attribution, "ATTENTION_PAIRS", pairs)
+        checks = []
+        with before_every_module_call(lambda: checks.append(1)):
+            scores, _ = attribution.attribute(model, ids, target, "integrated_gradients", 2)
+        return scores, len(checks)
+
+    whole, whole_checks = sliced(len(ids) ** 2)
+    blocked, blocked_checks = sliced(3 * len(ids))  # blocks of 3 rows
+    assert torch.allclose(blocked, reference_scores(model, ids, target, "integrated_gradients", 2), atol=TOLERANCE)
+    assert torch.allclose(blocked, whole, atol=TOLERANCE)
+    blocks, layers = -(-len(ids) // 3), model.config.get_text_config().num_hidden_layers
+    assert blocked_checks >= whole_checks + 2 * layers * (blocks - 1), "each block checks in, forward and backward"
 
 
 def test_tokens_and_spans_are_token_probabilities_and_a_window_leaves_the_start_unscored(embedded):
