@@ -41,6 +41,8 @@ from typing import TypeVar
 
 import torch
 
+from lookahead.cpu_threads import release_workers
+
 # The kinds of long job; a session has at most one of each (on each model named). "lookahead": one asked to yield
 # (the page's second ask at a caret, for the branches' fit, which a slow CPU takes a while over); "map": the map of
 # futures the page asks after every answer, which the session's next text makes stale.
@@ -116,6 +118,7 @@ class Scheduler:
         try:
             yield
         finally:
+            release_workers()  # a long job waiting, or another request, runs unthrottled (lookahead/cpu_threads.py)
             with self._changed:
                 self._count_owed()
                 self._interactive -= 1
@@ -218,13 +221,17 @@ class Scheduler:
     def sliced(self, job: Job) -> Iterator[None]:
         """Run the model work inside in `job`'s slices (this thread only): each module call first waits
         while interactive work runs, and raises `Cancelled` once the job is cancelled."""
-        with before_every_module_call(lambda: self._slice(job)):
-            yield
+        try:
+            with before_every_module_call(lambda: self._slice(job)):
+                yield
+        finally:
+            release_workers()
 
     def _slice(self, job: Job) -> None:
         if self._interactive or job.cancelled:  # the common case, no interactive work, takes no lock
             with self._changed:
                 while self._interactive and not job.cancelled and not self._in_turn():  # the balance counted up to now
+                    release_workers()  # the interactive work runs unthrottled meanwhile (lookahead/cpu_threads.py)
                     job.waits += 1
                     self._blocked += 1
                     try:

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from transformers import DynamicCache
 
+from lookahead.cpu_threads import release_workers
 from lookahead.prefix_cache import Continuation, Entry, PrefixCacheStore, Taken, append_known_continuation, kept_whole
 from lookahead.scheduler import before_every_module_call
 from lookahead.scoring import Scores
@@ -174,6 +175,7 @@ class Speculator:
             try:
                 self._run(*job)
             finally:
+                release_workers()  # the click that stopped it, or the next one, runs unthrottled
                 with self._lock:
                     self._current = None
                     self._idle.notify_all()
