@@ -53,17 +53,19 @@ Step, Result = TypeVar("Step"), TypeVar("Result")
 # within 4x (bench_clicks_first.py --share: a "why?" under another visitor's back-to-back clicks, against each alone).
 # On a 2-core AMD EPYC, with a turn paying a second a second, a share of 0.25 gave the "why?" 5.8x and the clicks
 # 1.3x: a job beside a click has about half the cores, so its turns paid twice what they gave it (TURN_PAYS). With
-# turns paying half: 1/3 gave 4.4x, 0.36 3.95x, 0.4 3.3x, the clicks ~480 ms each time against 280-430 ms alone.
-LONG_SHARE = 0.36
+# turns paying half: 1/3 gave 4.4x, 0.36 3.95x, 0.4 3.3x, the clicks ~480 ms each time against 280-430 ms alone. Once a
+# waiting job handed its CPU workers back (lookahead/cpu_threads.py) the clicks took less and the job more: 0.36 gave
+# it 4.1-4.5x, 0.4 3.5-3.9x, the clicks 1.3-1.4x their time alone (~370 ms against ~280 ms) either way.
+LONG_SHARE = 0.4
 # What a second run beside interactive work pays of the balance: two compute-bound workloads on the same cores each get
 # about half of them.
 TURN_PAYS = 0.5
 MIN_TURN_SECONDS = 0.05  # a turn shorter than a few slices (each at most tens of ms) would only add switches
 # The most time long work that ran alone keeps as credit against waiting later. A second pays for a click of up to
-# (1 + MIN_TURN_SECONDS) * (1 - LONG_SHARE) / LONG_SHARE = 1.9 s alone (clicks on 2 cores take 0.15-1.2 s, the
+# (1 + MIN_TURN_SECONDS) * (1 - LONG_SHARE) / LONG_SHARE = 1.6 s alone (clicks on 2 cores take 0.15-1.2 s, the
 # slowest through llama.cpp at ~3k tokens) that follows a pause of a second or more: the long job waits through it, and
 # no turn slows it. More would hold long work back for longer without a turn beside interactive work that goes on
-# (1.8 s per second of credit: a crowd's first clicks, a comparison's first read); less would let a slow click after a
+# (1.5 s per second of credit: a crowd's first clicks, a comparison's first read); less would let a slow click after a
 # pause share the cores again.
 MAX_CREDIT_SECONDS = 1.0
 KEPT_CANCELS = 4096  # (session, kind) pairs whose last cancel is remembered, for jobs asked before it to start
