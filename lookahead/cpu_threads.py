@@ -22,15 +22,24 @@ import torch
 OMP_PAUSE_SOFT = 1  # OpenMP's omp_pause_soft: the runtime frees this thread's workers, and may start them again
 
 
+def _loaded_libgomp() -> str | None:
+    """The file of the libgomp this process runs torch's kernels on (torch's wheels bundle one, named one way or
+    another), from the process's memory map; None off Linux or without one."""
+    try:
+        mapped = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return None
+    return next((line.split()[-1] for line in mapped if "libgomp" in line.rsplit("/", 1)[-1]), None)
+
+
 @cache
 def _pause_all() -> Callable[[int], int] | None:
-    """libgomp's `omp_pause_resource_all`, from the copy torch loaded (None: torch runs on another OpenMP, or none).
-    Called holding the GIL (PyDLL; at most ~0.1 ms), as any other call at a request's end: a call that let go of it
-    there changed which thread runs next, and a long job waiting for a gap between back-to-back calls found none."""
-    bundled = Path(torch.__file__).parent / "lib" / "libgomp.so.1"
+    """libgomp's `omp_pause_resource_all` (None: torch runs on another OpenMP, or none). Called holding the GIL
+    (PyDLL; at most ~0.1 ms), as any other call at a request's end: a call that let go of it there changed which thread
+    runs next, and a long job waiting for a gap between back-to-back calls found none."""
+    path = _loaded_libgomp() if torch.backends.openmp.is_available() else None
     try:
-        library = ctypes.PyDLL(str(bundled)) if bundled.exists() else ctypes.PyDLL(None)
-        return library.omp_pause_resource_all
+        return None if path is None else ctypes.PyDLL(path).omp_pause_resource_all
     except (OSError, AttributeError):
         return None
 
