@@ -27,7 +27,7 @@ from lookahead.outputs import Branch, ComparedToken, ComparedWord, ModelComparis
 from lookahead.prefix_cache import Taken, common_prefix_length
 from lookahead.requests import CompareRequest, DistributionRequest, LookaheadRequest, ScoresRequest
 from lookahead.results import text_tokens
-from lookahead.scoring import Scores, chunks, new_hidden, rows_through, score_logprobs, unscored
+from lookahead.scoring import ChunkBuffers, Scores, chunks, new_hidden, rows_through, score_logits, unscored
 
 # Rows of a chunk's divergences computed at once on a CPU: buffers of a few rows are reused while warm; from 2 to 16
 # rows the time is the same (AMD EPYC, 2 cores: 27-31 ms a 256-row chunk), so nothing here depends on the machine.
@@ -64,11 +64,12 @@ class Comparison:
         return torch.stack([rows.top_ids[:, 0] for rows in self.rows])
 
 
-def js_bits(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+def js_bits(logp: torch.Tensor, logq: torch.Tensor, probs: tuple[torch.Tensor, torch.Tensor] | None = None
+            ) -> torch.Tensor:
     """The Jensen–Shannon divergence, in bits, between matching rows of two log-distributions (..., vocab): half the
     KL divergence of each from their mean; 0 for equal rows, 1 for rows with no token in common. In float32, as
     the logits are (within 2e-7 bits of float64 over a 49k vocabulary, at a third of its time: a 3k-token
-    comparison computes 3k such rows).
+    comparison computes 3k such rows). `probs`: the distributions themselves, where they are at hand.
 
     On a CPU, JS_BLOCK_ROWS rows at a time in buffers made once: each fresh (rows x vocabulary) temporary of a
     whole chunk is new memory the system zeroes page by page, which took 6 of every 7 parts of the time."""
@@ -80,11 +81,13 @@ def js_bits(logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
     for first in range(0, len(logp), rows):
         lp, lq = logp[first : first + rows], logq[first : first + rows]
         n = len(lp)
-        torch.exp(lp, out=p[:n])
-        torch.exp(lq, out=q[:n])
-        torch.add(p[:n], q[:n], out=log_mean[:n]).mul_(0.5).log_()
-        torch.sub(lp, log_mean[:n], out=terms[:n]).mul_(p[:n]).nan_to_num_(0.0)  # NaN where p is 0: counts 0
-        torch.sub(lq, log_mean[:n], out=log_mean[:n]).mul_(q[:n]).nan_to_num_(0.0)
+        if probs is None:
+            pn, qn = torch.exp(lp, out=p[:n]), torch.exp(lq, out=q[:n])
+        else:
+            pn, qn = (given[first : first + n] for given in probs)
+        torch.add(pn, qn, out=log_mean[:n]).mul_(0.5).log_()
+        torch.sub(lp, log_mean[:n], out=terms[:n]).mul_(pn).nan_to_num_(0.0)  # NaN where p is 0: counts 0
+        torch.sub(lq, log_mean[:n], out=log_mean[:n]).mul_(qn).nan_to_num_(0.0)
         halves[first : first + n] = terms[:n].add_(log_mean[:n]).sum(-1)
     return (0.5 * halves / math.log(2)).clamp(min=0.0).reshape(shape)
 
@@ -116,13 +119,14 @@ def compare_models(models: tuple[PreTrainedModel, PreTrainedModel], ids: torch.T
             cache.crop(start - cache.get_seq_length())  # a negative count: the tokens to drop
     rows = [rows_through(t.scores, ids[0], start) for t in taken]
     hidden = [new_hidden(model, ids.to(model.device), cache) for model, cache in zip(models, caches)]
-    heads = [model.get_output_embeddings() for model in models]
+    heads, buffers = [model.get_output_embeddings() for model in models], [None, None]
     for first, end in chunks(len(hidden[0])):  # position p's logits score token p + 1
-        logprobs = [torch.log_softmax(head(h[first:end]).float(), -1) for head, h in zip(heads, hidden)]
+        logits = [head(h[first:end]) for head, h in zip(heads, hidden)]
+        buffers = [kept or ChunkBuffers.for_logits(chunk) for kept, chunk in zip(buffers, logits)]
         targets = ids[0, start + first + 1 : start + end + 1]
-        rows = [r.then(score_logprobs(lp, targets)) for r, lp in zip(rows, logprobs)]
-        a, b = (lp[:, :vocab] for lp in logprobs)
-        js[start + first + 1 : start + end + 1] = js_bits(a, b.to(a.device)).cpu()
+        rows = [r.then(score_logits(chunk, targets, kept)) for r, chunk, kept in zip(rows, logits, buffers)]
+        (a, p), (b, q) = ((kept.logprobs[: end - first, :vocab], kept.probs[: end - first, :vocab]) for kept in buffers)
+        js[start + first + 1 : start + end + 1] = js_bits(a, b.to(a.device), (p, q.to(a.device))).cpu()
     lasts = [head(h[-1:])[0].float().cpu() for head, h in zip(heads, hidden)]  # as the model computes it alone
     for r, last in zip(rows, lasts):
         r.frontier = last
