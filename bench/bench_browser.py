@@ -7,7 +7,9 @@ the model's favourite would; `--branch cycle` cycles through the first three. **
 server's own time for the suggestions (the status line's ms); **page** is the rest (the event's
 round trip, rendering). Each size runs twice in the same run: with precomputation (the app's
 default: while the writer reads, each shown branch's next step is computed) and without it
-(LOOKAHEAD_PRECOMPUTE=0), the baseline. Also reported: the browser's localStorage growth per click
+(LOOKAHEAD_PRECOMPUTE=0), the baseline. Also reported: the server's CPU time per click (all its threads: work
+done, and workers spinning between kernels, which the page's own work shares the cores with), the browser's
+localStorage growth per click
 (the history tree kept for reloads), and the bytes the page received per click (its WebSocket and
 server-sent-event frames). `--heatmap both` runs each session twice on the same server, without the
 heatmap and with it shown (the text coloured by the model's probabilities, updated with every click),
@@ -69,7 +71,13 @@ TIMING_JS = """() => {
 }"""
 
 
-def session(url: str, tokens: int, clicks: int, branch: str, reading: float, heatmap: bool) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """The CPU time a process has used, all its threads, user and system."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def session(url: str, server: int, tokens: int, clicks: int, branch: str, reading: float, heatmap: bool) -> dict:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox", "--disable-gpu"])
         page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -93,7 +101,7 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float, hea
         time.sleep(3)  # the first suggestions for the long text, then reading
         page.evaluate(TIMING_JS)
         totals, models, stored = [], [], []
-        received_before = received[0]
+        received_before, cpu_before = received[0], cpu_seconds(server)
         for i in range(clicks):
             page.locator(f"#branch-{i % 3 if branch == 'cycle' else int(branch)}").click()
             first_update_after_click = (
@@ -110,7 +118,7 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float, hea
             stored.append(page.evaluate("Object.values(localStorage).reduce((n, v) => n + v.length, 0)"))
             time.sleep(reading)
         context = int(re.search(r"([\d,]+) context tokens", status.inner_text()).group(1).replace(",", ""))
-        per_click = (received[0] - received_before) / clicks
+        per_click, cpu_per_click = (received[0] - received_before) / clicks, (cpu_seconds(server) - cpu_before) / clicks
         browser.close()
     pages = [t - m for t, m in zip(totals, models)]
     edge = max(10, clicks // 10)  # the first and last tenth of the session (10 clicks at least)
@@ -119,7 +127,7 @@ def session(url: str, tokens: int, clicks: int, branch: str, reading: float, hea
         "context": context, "p50": statistics.median(totals), "p95": quantile(totals, 0.95),
         "model": statistics.median(models), "page": statistics.median(pages),
         "page_first": statistics.median(pages[:edge]), "page_last": statistics.median(pages[-edge:]),
-        "storage": (stored[-1] - stored[0]) / max(1, len(stored) - 1), "received": per_click,
+        "storage": (stored[-1] - stored[0]) / max(1, len(stored) - 1), "received": per_click, "cpu": cpu_per_click,
     }
 
 
@@ -144,27 +152,28 @@ def main() -> None:
     print(f"{args.clicks} clicks on branch {args.branch}, {args.reading} s apart, {os.cpu_count()} CPU cores; "
           "times in ms\n")
     print("| tree | text | precompute | heatmap | context tokens | click→update p50 | p95 | model p50 | page p50 "
-          "| page, first / last tenth | localStorage per click (chars) | received per click (kB) |")
-    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| page, first / last tenth | server CPU per click | localStorage per click (chars) "
+          "| received per click (kB) |")
+    print("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     modes = {"both": (False, True), "on": (True,), "off": (False,)}
     for tokens, precompute, tree in itertools.product(args.tokens, modes[args.precompute], args.trees):
         server, url = serve(precompute, tree)
         p50 = {}
         try:
             for heatmap in modes[args.heatmap]:
-                r = session(url, tokens, args.clicks, args.branch, args.reading, heatmap)
+                r = session(url, server.pid, tokens, args.clicks, args.branch, args.reading, heatmap)
                 p50[heatmap] = r["p50"]
                 print(f"| {tree_name(tree)} | ~{tokens} | {'on' if precompute else 'off'} "
                       f"| {'shown' if heatmap else 'off'} "
                       f"| {r['context']} | **{r['p50']:.0f}** | {r['p95']:.0f} | {r['model']:.0f} "
                       f"| {r['page']:.0f} "
-                      f"| {r['page_first']:.0f} / {r['page_last']:.0f} | {r['storage']:.0f} "
+                      f"| {r['page_first']:.0f} / {r['page_last']:.0f} | {1000 * r['cpu']:.0f} | {r['storage']:.0f} "
                       f"| {r['received'] / 1000:.1f} |", flush=True)
         finally:
             os.killpg(server.pid, 9)
             server.wait()
         if len(p50) == 2:
-            print(f"|  |  |  | shown ÷ off | | **{p50[True] / p50[False]:.2f}×** | | | | | | |", flush=True)
+            print(f"|  |  |  | shown ÷ off | | **{p50[True] / p50[False]:.2f}×** | | | | | | | |", flush=True)
 
 
 if __name__ == "__main__":
