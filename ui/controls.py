@@ -138,6 +138,7 @@ class Controls(Generic[Group]):
             raise TypeError(f"{group.__name__} has the fields {names}; components were given for {list(components)}")
         self.group = group
         self.components = components
+        self.hints = typing.get_type_hints(group)  # each field's type, read once: every event reads the group
 
     def __iter__(self) -> Iterator[Component]:
         """Every component behind the group, a nested group's each (None stands for no component)."""
@@ -147,9 +148,8 @@ class Controls(Generic[Group]):
     def read(self, page: Mapping[Component, Any]) -> Group:
         """The group's value from the page's values, by component (a nested group read as its own value, a JSON
         box holding a group's fields as that group)."""
-        hints = typing.get_type_hints(self.group)
         return self.group(**{name: source.read(page) if isinstance(source, Controls)
-                             else None if source is None else as_group(page[source], hints[name])
+                             else None if source is None else as_group(page[source], self.hints[name])
                              for name, source in self.components.items()})
 
     def update(self, values: Mapping[str, Any]) -> dict[Component, Any]:

@@ -170,10 +170,8 @@ class Wiring:
                                      while_long=while_continuing, arriving=cancel_fit if cancels_fit else None,
                                      inputs=components)
         # preprocess=False: the page's values reach the handler as the browser sent them (text, numbers, choices'
-        # values, JSON boxes: what gradio's preprocessing would give, and the handlers check them); postprocess=False:
-        # the answers are postprocessed in the handler's thread (_postprocessed). Gradio would process each input and
-        # each output in a worker thread of its own, a hop each, each waiting its turn on the cores beside any model
-        # work under way: up to tens of milliseconds per click on two cores.
+        # values, JSON boxes: what gradio's preprocessing would give, and the handlers check them), without a hop to
+        # a worker thread per input (the cost _postprocessed spares the outputs); postprocess=False: _postprocessed.
         return {"fn": fn, "inputs": components, "outputs": self.components(outputs), "api_visibility": "private",
                 "concurrency_id": "interact", "preprocess": False, "postprocess": False, **options}
 
