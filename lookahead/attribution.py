@@ -151,8 +151,8 @@ def _gradients(
 @torch.inference_mode()
 def _attention(model: PreTrainedModel, ids: list[int], target: int) -> tuple[torch.Tensor, float]:
     """The last position's attention weights: the tokens before it read on the model's own attention path into a
-    cache, then the last one on the eager path, the one that returns weights. Only its row of weights is made (all of
-    them over a 2,048-token window: 30 layers of 9 x 2,048 x 2,048, 4.5 GB for one row each)."""
+    cache, then the last one on the eager path, the one that returns weights. Only its row of weights is made: the
+    whole window on that path made every position's (30 layers of 9 x 2,048 x 2,048 at 2,048 tokens, 4.5 GB)."""
     config, device = model.config.get_text_config(), model.device
     cache = GrowableCache()
     if len(ids) > 1:
