@@ -31,7 +31,7 @@ from lookahead.outputs import (
 )
 from lookahead.sampling import Sampling
 from ui.chat import awaiting_user, messages_for, with_user_message
-from ui.controls import BranchShape, Draft, as_group
+from ui.controls import MAX_BUTTONS, BranchShape, Draft, as_group
 from ui.errors import handled
 from ui.heatmap import Listing
 from ui.insertion import caret_in, joined
@@ -41,6 +41,7 @@ from ui.panels.constrain import constrain, restore_constraint, unconstrain
 from ui.panels.history import KeptSettings, export_history, import_history, move, restore
 from ui.panels.sampling import apply_preset, matching_preset
 from ui.panels.suggestions import (
+    branch_choices,
     force_token,
     ordered_by_fit,
     suggest_at_moved_caret,
@@ -119,6 +120,21 @@ def shown(text: str, caret: int | None = None, **extra) -> OnScreen:
     result = answer(branches=[branch(" sat", [1, 2], 0.5), branch(" ran", [3], 0.2)],
                     distribution=[entry(7, " dog", 0.1), entry(8, "\ufffd", 0.1)], **extra)
     return OnScreen(text, result, caret)
+
+
+def test_an_answer_sends_a_buttons_visibility_only_where_it_changes():
+    """Labels alone for buttons that stay shown (gradio builds a component for every property update), an update
+    where a button appears or goes, and everything when what the buttons show is not known."""
+    two, three = shown("The cat"), [branch(" sat", [1], 0.5), branch(" ran", [3], 0.2), branch(" hid", [4], 0.1)]
+    labels = [branch_label(b) for b in three]
+    unknown = branch_choices(three)["branches"]
+    assert unknown == [*(gr.update(value=label, visible=True) for label in labels),
+                       *[gr.update(visible=False)] * (MAX_BUTTONS - 3)]
+    more = branch_choices(three, on_screen=two)["branches"]
+    assert more == [*labels[:2], gr.update(value=labels[2], visible=True), *[""] * (MAX_BUTTONS - 3)]
+    fewer = branch_choices(three[:1], on_screen=two)["branches"]
+    assert fewer == [labels[0], gr.update(visible=False), *[""] * (MAX_BUTTONS - 2)]
+    assert branch_choices([], on_screen=None)["branches"] == [gr.update(visible=False)] * MAX_BUTTONS
 
 
 def test_a_branch_is_appended_to_the_text_its_suggestions_were_made_for():

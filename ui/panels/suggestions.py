@@ -73,9 +73,23 @@ def status_line(result: Suggestions, ms: float, constraint: dict | None, caret: 
     return line
 
 
-def branch_choices(branches: list[Branch], lead: LeadTokens | None = None) -> Update:
-    """A button per branch, labelled with it (after the `lead` they share); the buttons beyond are hidden."""
-    return {"branches": [gr.update(value=branch_label(branch, lead), visible=True) for branch in branches]}
+def branch_choices(branches: list[Branch], lead: LeadTokens | None = None, on_screen: OnScreen | None = None
+                   ) -> Update:
+    """A button per branch, labelled with it (after the `lead` they share); the buttons beyond are hidden.
+
+    A button's visibility is sent only where it changes (`on_screen`: the suggestions its panel's buttons show now;
+    None: not known), else its label alone: gradio builds a new component for every property update it sends, and
+    the page redraws it, where a label is one value set (a hidden button's is empty)."""
+    labels = [branch_label(branch, lead) for branch in branches]
+    shown = None if on_screen is None else len(on_screen.result.branches)
+
+    def button(i: int) -> object:
+        visible, was_visible = i < len(labels), shown is None or i < shown
+        if shown is not None and visible == was_visible:
+            return labels[i] if visible else ""
+        return gr.update(value=labels[i], visible=True) if visible else gr.update(visible=False)
+
+    return {"branches": [button(i) for i in range(MAX_BUTTONS)]}
 
 
 def ordered_by_fit(branches: list[Branch]) -> list[Branch]:
@@ -133,13 +147,14 @@ def heatmap_after(text: str, settings: Settings, request: gr.Request) -> Update:
     return show_heatmap(text, settings.view, settings.context, request, rescore=True)
 
 
-def suggest(draft: Draft, history: History, settings: Settings, request: gr.Request) -> Update:
+def suggest(draft: Draft, history: History, settings: Settings, request: gr.Request, *,
+            on_screen: OnScreen | None = None) -> Update:
     """Recompute everything for the text at the caret: branches, plot, status, heatmap. A typing pause becomes a
     history node.
 
     In chat mode the text is the assistant's reply, after the conversation. What changed in the tree goes to the
     browser's copy each time, so a reload keeps it. A box that still shows a text the session has moved past asks
-    for nothing: the answer on its way brings its own suggestions.
+    for nothing: the answer on its way brings its own suggestions. `on_screen`: the suggestions the buttons show now.
     """
     text, context = draft.text, settings.context
     if draft.newest(history) != text:
@@ -156,15 +171,16 @@ def suggest(draft: Draft, history: History, settings: Settings, request: gr.Requ
                    else "Type something to see where the model could go next.")
         no_heatmap = {} if settings.view is None else {"heatmap": "", "heatmap_state": None}
         serial = next(ANSWERS)
-        return {"shown_state": None, **branch_choices([]), "plot": "", "status": waiting, **history_shown(history),
-                **no_heatmap, "read_timer": gr.Timer(READ_POLL_SECONDS, active=False), "marker": "",
-                "text_base": str(history.current), "answer_sync": answer_mark(serial, text), "answered": serial}
+        return {"shown_state": None, **branch_choices([], on_screen=on_screen), "plot": "", "status": waiting,
+                **history_shown(history), **no_heatmap, "read_timer": gr.Timer(READ_POLL_SECONDS, active=False),
+                "marker": "", "text_base": str(history.current), "answer_sync": answer_mark(serial, text),
+                "answered": serial}
     shown, ms = suggestions_for(Place(text, caret_in(text, draft.caret)), settings, request)
     result = shown.result
     # After the branches, whose pass scored the text; a long text's colours come once it is read, and at a caret
     # they follow (complete_at_caret): the text after it may have to be read again first.
     heat = {} if result.partial or shown.caret is not None else heatmap_after(text, settings, request)
-    return {"shown_state": shown, **branch_choices(result.branches, result.lead),
+    return {"shown_state": shown, **branch_choices(result.branches, result.lead, on_screen),
             "plot": distribution_plot(result.distribution, forced_text(result), result.lead),
             "status": status_line(result, ms, settings.constraints.constraint, shown.caret),
             "marker": caret_marker(text, shown.caret),
@@ -185,16 +201,17 @@ def suggest_beside(
     text = draft.newest(history)
     if shown and (shown.text, shown.caret, shown.settings) == (text, caret_in(text, draft.caret), settings):
         return gr.skip()
-    return suggest(draft, history, settings, request)
+    return suggest(draft, history, settings, request, on_screen=shown)
 
 
-def suggest_at_moved_caret(draft: Draft, history: History, settings: Settings, request: gr.Request) -> Update:
+def suggest_at_moved_caret(draft: Draft, history: History, settings: Settings, request: gr.Request, *,
+                           on_screen: OnScreen | None = None) -> Update:
     """The caret moved: the suggestions there. A caret move never changes the text: one that read a text other than
     the history's was made while a click's insertion was on its way (whose own suggestions are shown now), or
     before an edit whose own refresh follows."""
     if draft.text != history.text:
         return gr.skip()
-    return suggest(draft, history, settings, request)
+    return suggest(draft, history, settings, request, on_screen=on_screen)
 
 
 def complete_at_caret(
@@ -221,7 +238,7 @@ def complete_at_caret(
             if settings.shape.by_fit:
                 branches = ordered_by_fit(branches)
             yield {"shown_state": shown._replace(result=replace(shown.result, branches=branches)),
-                   **branch_choices(branches, shown.result.lead)}
+                   **branch_choices(branches, shown.result.lead, shown)}
     yield heatmap_after(text, settings, request)
 
 
@@ -272,7 +289,7 @@ def take_branch_and_suggest(
     """A click: the branch inserted at the caret and the new suggestions, in one event (at the end of the text they
     were precomputed while the writer read, so this is usually instant). `word`: the first branch's next word
     only. In chat mode a branch that ends the reply sends it as a turn."""
-    shown = current(draft, shown, history, settings, request)
+    on_screen, shown = shown, current(draft, shown, history, settings, request)
     text, caret, history = take_branch(index, shown, history, word)
     context = settings.context
     conversation = context.conversation
@@ -283,7 +300,7 @@ def take_branch_and_suggest(
                   "conversation_view": conversation})
     settings = replace(settings, context=replace(context, conversation=turn["conversation_state"]))
     written = Draft(turn["text_box"], turn["caret_sync"], str(history.current))
-    return {**turn, **suggest(written, history, settings, request)}
+    return {**turn, **suggest(written, history, settings, request, on_screen=on_screen)}
 
 
 def take_word_and_suggest(
@@ -374,13 +391,15 @@ class SuggestionsPanel:
         # refresh never asks while no model is chosen for it, and never stops the first panel's fit.
         asked = (dict(fn=suggest_beside, inputs=dict(draft=draft, shown="shown_state", history=history,
                                                      settings=settings), cancels_fit=False) if self.beside else
-                 dict(fn=suggest, inputs=dict(draft=draft, history=history, settings=settings)))
+                 dict(fn=suggest, inputs=dict(draft=draft, history=history, settings=settings,
+                                              on_screen="shown_state")))
         refresh = wiring.handler(**asked, outputs=outputs, while_continuing=gr.skip, trigger_mode="always_last")
         self.answer_sync.change(None, self.answer_sync, None, js=f"(answer) => ({ANSWER_JS})(answer, {self.suffix!r})")
         if not self.beside:
             writer.text_edited.click(**refresh)
             writer.caret_moved.click(**wiring.handler(
-                suggest_at_moved_caret, dict(draft=draft, history=history, settings=settings), outputs,
+                suggest_at_moved_caret, dict(draft=draft, history=history, settings=settings, on_screen="shown_state"),
+                outputs,
                 while_continuing=gr.skip, trigger_mode="always_last"))
         if self.refresh_button is not None:
             self.refresh_button.click(**refresh)
