@@ -56,7 +56,7 @@ from ui.panels.why import WhyPanel
 from ui.panels.writer import WriterPanel
 from ui.scripts import BRANCH_WHY_JS, CSS, FOLD_ON_PHONE_JS, KEYBOARD_JS
 from ui.server_limits import server_limits
-from ui.wiring import Wiring, session_key
+from ui.wiring import Wiring, concurrency, session_key
 
 # Every visitor is answered: room for this many waiting events (on a ZeroGPU Space gradio
 # would otherwise let one event wait and turn the rest away with "Queue is full").
@@ -166,16 +166,6 @@ def leave(request: gr.Request) -> None:
 
 
 demo, PANELS = build_page()
-
-
-def concurrency() -> int:
-    """Events of each group running at once (LOOKAHEAD_CONCURRENCY overrides).
-
-    On ZeroGPU each runs in its own GPU worker, scheduled by ZeroGPU; a server batches what
-    arrives together, so many; on one CPU more would only share its cores.
-    """
-    default = 8 if inference.on_zero_gpu() else 64 if inference.backend().capabilities.batching else 1
-    return int(os.environ.get("LOOKAHEAD_CONCURRENCY") or default)
 
 
 def launch(page: gr.Blocks | None = None, **kwargs):

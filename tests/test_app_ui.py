@@ -710,3 +710,21 @@ def test_a_page_event_sends_what_gradios_own_processing_would():
             for event in (ours, own)]
     assert sent[0] == sent[1]
     assert sent[0][listener["outputs"].index(status)] == "**3 branches**"  # gradio's Markdown strips it
+
+
+def test_a_click_skips_gradios_queue_except_on_zerogpu(monkeypatch):
+    """What the writer waits for after a click is its round trip: it goes to the server directly, its turn in the
+    session and its share of the interactive slots kept by the session order (ui/ordering.py). ZeroGPU keeps it
+    queued."""
+    from app import demo
+
+    clicks = [fn for fn in demo.fns.values() if fn.name in ("take_branch_and_suggest", "take_word_and_suggest",
+                                                             "force_token")]
+    assert len(clicks) > 10 and not any(fn.queue for fn in clicks)
+    refreshes = [fn for fn in demo.fns.values() if fn.name == "suggest"]
+    assert refreshes and all(fn.queue for fn in refreshes), "a refresh stays queued"
+    with gr.Blocks():
+        slots = dict(history_state=gr.State(), status=gr.Markdown())
+        monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+        listener = Wiring(slots).handler(lambda history: {}, dict(history="history_state"), ["status"], direct=True)
+    assert "queue" not in listener

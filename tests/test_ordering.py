@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from gradio.context import LocalContext
 
+from threads import JOIN_SECONDS
 from ui.ordering import SessionOrder
 
 
@@ -117,6 +118,50 @@ def test_a_job_the_event_was_about_to_start_when_a_newer_event_of_its_session_ar
     asyncio.run(main())
     assert started["older"].cancelled and not started["newer"].cancelled and not started["another's"].cancelled
     assert not jobs.start("writer", "lookahead").cancelled, "a caller that says nothing of when it asked"
+
+
+def test_interactive_events_of_every_session_share_the_slots_first_come_first_served():
+    """A click that skips gradio's queue still waits for one of the interactive slots, as the queue would have made
+    it wait: five visitors' clicks on two slots start in the order they came, each as one before it ends; a long
+    event's work takes no slot."""
+    order, started, release = SessionOrder(at_once=lambda: 2), [], {}
+
+    def work(name: str) -> str:
+        started.append(name)
+        release[name].wait(JOIN_SECONDS)
+        return name
+
+    async def event(name: str, interactive: bool) -> str:
+        LocalContext.request.set(SimpleNamespace(session_hash=name))
+        return await order.wrap(work, interactive=interactive)(name)
+
+    async def until_started(count: int, waiting: int) -> None:
+        slots = order.interactive_slots()
+        while len(started) < count or slots.statistics().tasks_waiting != waiting:
+            await asyncio.sleep(0.001)
+
+    async def main() -> list[str]:
+        clicks = [f"click {i}" for i in range(5)]
+        release.update({name: threading.Event() for name in [*clicks, "continue"]})
+        tasks = []
+        for name in clicks:
+            tasks.append(asyncio.create_task(event(name, interactive=True)))
+            await asyncio.sleep(0)  # each arrives after the one before
+        tasks.append(asyncio.create_task(event("continue", interactive=False)))
+        await asyncio.wait_for(until_started(3, waiting=3), JOIN_SECONDS)
+        assert sorted(started) == ["click 0", "click 1", "continue"], "two slots, and none for the long event"
+        for count, name in enumerate(clicks, start=4):
+            release[name].set()
+            if count <= 6:
+                await asyncio.wait_for(until_started(count, waiting=6 - count), JOIN_SECONDS)
+        release["continue"].set()
+        return await asyncio.wait_for(asyncio.gather(*tasks), JOIN_SECONDS)
+
+    assert asyncio.run(main()) == [*(f"click {i}" for i in range(5)), "continue"]
+    clicks = [name for name in started if name.startswith("click")]
+    assert sorted(clicks[:2]) == ["click 0", "click 1"] and clicks[2:] == ["click 2", "click 3", "click 4"], \
+        "each waiting click started as a slot came free, in the order they came (the first two, side by side)"
+    assert len(order) == 0
 
 
 def _session_hash() -> str:

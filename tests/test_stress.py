@@ -163,6 +163,46 @@ def test_session_order_keeps_each_sessions_events_in_order_and_apart_under_a_cro
     assert len(order) == 0
 
 
+def test_interactive_work_never_takes_more_than_its_slots_under_a_crowd():
+    """Clicks that skip gradio's queue and queued events, of many visitors, in worker threads: never more interactive
+    work at once than the slots, each visitor's events in arrival order, long work beside it, nothing kept after."""
+    from gradio.context import LocalContext
+
+    order, rng = SessionOrder(at_once=lambda: 2), random.Random(2)
+    running = {"interactive": 0, "most": 0, "long": 0}
+    count = threading.Lock()
+    started: dict[str, list[int]] = {}
+
+    def work(session: str, n: int, interactive: bool) -> None:
+        kind = "interactive" if interactive else "long"
+        with count:
+            running[kind] += 1
+            running["most"] = max(running["most"], running["interactive"])
+            assert running["interactive"] <= 2, "more interactive work at once than the slots"
+            started.setdefault(session, []).append(n)
+        time.sleep(rng.random() * 0.002)
+        with count:
+            running[kind] -= 1
+
+    async def event(session: str, n: int, interactive: bool) -> None:
+        LocalContext.request.set(SimpleNamespace(session_hash=session))
+        await order.wrap(work, interactive=interactive)(session, n, interactive)
+
+    async def main() -> None:
+        tasks = []
+        for n in range(400):
+            tasks.append(asyncio.create_task(event(f"visitor {rng.randrange(8)}", n, rng.random() < 0.8)))
+            if rng.random() < 0.3:
+                await asyncio.sleep(0)
+        await asyncio.wait_for(asyncio.gather(*tasks), JOIN_SECONDS)
+        assert order.interactive_slots().borrowed_tokens == 0
+
+    asyncio.run(main())
+    assert running["most"] == 2, "the slots were all used"
+    assert all(ns == sorted(ns) for ns in started.values()), "each visitor's events in arrival order"
+    assert sum(map(len, started.values())) == 400 and len(order) == 0
+
+
 def test_lookaheads_with_precomputation_from_several_threads_equal_the_reference(embedded):
     """Writers clicking at once, each click pre-empting another's precomputation: every answer is the reference's."""
     model, tokenizer = embedded

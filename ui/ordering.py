@@ -11,6 +11,10 @@ its gr.State outputs after the handler returns, so after the turn has passed on.
 what the session held before the events ahead of it ran (a click would act on suggestions already replaced).
 So a waiting event reads its session's states again once it has the turn, and an event writes the states it
 answers before it gives the turn up: each event sees everything the ones before it wrote.
+
+A click skips gradio's queue (its round trip is what the writer waits for): so the work of interactive events, queued
+or not, takes one of a shared number of slots (`at_once`) once it has its session's turn, and no more of it runs at
+once than the queue would let run.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
@@ -37,11 +42,18 @@ class SessionOrder:
     must not wait for it: it would wait inside its concurrency slot, and every other visitor's events of its
     group with it. So while a long event holds the session's turn or waits for it, a short one answers at once
     (`while_long`) instead.
+
+    `at_once`: how many interactive events' work runs at once, across sessions (None: as many as arrive). Asked at
+    the first such event, since the backend it depends on is chosen after the page is built.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, at_once: Callable[[], int] | None = None) -> None:
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}  # session -> (lock, events holding or waiting)
         self._long: dict[str, int] = {}  # session -> its long events holding or waiting for the turn
+        self._at_once = at_once
+        # The interactive slots of each event loop (an anyio limiter belongs to the loop it is made in).
+        self._slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.CapacityLimiter] = \
+            weakref.WeakKeyDictionary()
 
     @contextlib.asynccontextmanager
     async def turn(self, session: str, long: bool = False) -> AsyncIterator[None]:
@@ -74,8 +86,18 @@ class SessionOrder:
     def __len__(self) -> int:
         return len(self._locks)
 
+    def interactive_slots(self) -> anyio.CapacityLimiter | None:
+        """The slots interactive events' work takes in the running event loop (first come, first served)."""
+        if self._at_once is None:
+            return None
+        loop = asyncio.get_running_loop()
+        if loop not in self._slots:
+            self._slots[loop] = anyio.CapacityLimiter(self._at_once())
+        return self._slots[loop]
+
     def wrap(self, fn: Callable, long: bool = False, while_long: Callable[[], object] | None = None,
-             arriving: Callable[[str], object] | None = None, inputs: Sequence[object] = ()) -> Callable:
+             arriving: Callable[[str], object] | None = None, inputs: Sequence[object] = (),
+             interactive: bool = False) -> Callable:
         """`fn` (a plain function or generator) as a gradio handler that waits for its session's turn.
 
         `long`: `fn` is a long event. A short one calls `while_long()` instead of waiting while its session has a
@@ -84,6 +106,7 @@ class SessionOrder:
         components behind `fn`'s first positional arguments; its gr.State ones are read again once the event has
         its turn, and the gr.State values it answers are the session's before the turn passes on. The signature
         and kind stay `fn`'s (ui/handlers.py), so gradio passes the same inputs, gr.Request and gr.EventData included.
+        `interactive`: each step of `fn` takes one of the interactive slots once the event has its turn.
         """
         states = {i: component for i, component in enumerate(inputs) if isinstance(component, State)}
 
@@ -97,7 +120,9 @@ class SessionOrder:
                 return
             async with self.turn(session, long):
                 items = answers_of(fn, *_fresh(args, states, session), **kwargs)
-                while (item := await anyio.to_thread.run_sync(as_asked, at, next, items, _DONE)) is not _DONE:
+                slots = self.interactive_slots() if interactive else None
+                while (item := await anyio.to_thread.run_sync(as_asked, at, next, items, _DONE,
+                                                              limiter=slots)) is not _DONE:
                     yield _published(item, session)
 
         return async_shaped_like(fn, answers)

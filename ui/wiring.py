@@ -9,6 +9,7 @@ plain functions, and a panel built twice wires the same handlers to its own comp
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, is_dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -108,6 +109,16 @@ WHY_VIEW = frozenset({"why", "why_state"})
 EXPLANATIONS_AT_ONCE = 4
 
 
+def concurrency() -> int:
+    """Events of each group running at once (LOOKAHEAD_CONCURRENCY overrides).
+
+    On ZeroGPU each runs in its own GPU worker, scheduled by ZeroGPU; a server batches what
+    arrives together, so many; on one CPU more would only share its cores.
+    """
+    default = 8 if inference.on_zero_gpu() else 64 if inference.backend().capabilities.batching else 1
+    return int(os.environ.get("LOOKAHEAD_CONCURRENCY") or default)
+
+
 def session_key(request: gr.Request | None) -> str:
     return getattr(request, "session_hash", None) or "anonymous"
 
@@ -130,7 +141,7 @@ class Wiring:
         if unknown:
             raise KeyError(f"no slot of the page is called {sorted(unknown)}: name it in Update")
         self.slots: dict[str, Slot] = dict(slots or {})
-        self.order = order or SessionOrder()
+        self.order = order or SessionOrder(at_once=concurrency)
 
     def adding(self, **slots: Slot) -> Wiring:
         """This wiring with more slots (a second panel of a kind names its own components as its first did)."""
@@ -138,7 +149,7 @@ class Wiring:
 
     def handler(self, fn: Callable, inputs: Mapping[str, Any], outputs: Iterable[str],
                 while_continuing: Callable[[], object] = still_continuing, cancels_fit: bool = True,
-                **options) -> dict:
+                direct: bool = False, **options) -> dict:
         """An event listener's arguments (`button.click(**wiring.handler(...))`) for `fn`, which takes `inputs` by
         name (a slot's name, a Controls group, or a component) and answers an Update for the slots `outputs`;
         failures reach the visitor as messages, and an event whose work its session cancelled changes nothing.
@@ -155,6 +166,11 @@ class Wiring:
         (`while_continuing`: a refusal that says so, or a refresh skipped), since waiting would hold their
         "interact" slot, and so everybody's suggestions, for as long as the Continue runs. Every event of a
         session but the fit's own (`cancels_fit`) stops the caret's fit being computed for it.
+
+        `direct`: an interactive event of the session's order skips gradio's queue (a click on a branch: the writer
+        waits for its round trip, and the queue's stream of messages was a fifth of it); it still takes its session's
+        turn and one of the slots all interactive events' work shares (ui/ordering.py). On ZeroGPU it stays queued:
+        there a click waits for a GPU worker, which costs far more than the queue.
         """
         named = {name: self.slots[source] if isinstance(source, str) else source for name, source in inputs.items()}
         fn, components = by_name(_answering(fn, self._resolved(outputs)), named)
@@ -166,9 +182,12 @@ class Wiring:
         else:  # what is being refreshed shows on the status line alone: the writer's text is never covered
             options = {"show_progress": "minimal", "show_progress_on": [self.slots["status"]], **options}
             if state & {*components, *self.components(outputs)}:
+                interactive = options.get("concurrency_id", "interact") == "interact"
                 fn = self.order.wrap(fn, long=options.get("concurrency_id") == "generate",
                                      while_long=while_continuing, arriving=cancel_fit if cancels_fit else None,
-                                     inputs=components)
+                                     inputs=components, interactive=interactive)
+                if direct and interactive and not inference.on_zero_gpu():
+                    options = {**options, "queue": False}
         # preprocess=False: the page's values reach the handler as the browser sent them (text, numbers, choices'
         # values, JSON boxes: what gradio's preprocessing would give, and the handlers check them), without a hop to
         # a worker thread per input (the cost _postprocessed spares the outputs); postprocess=False: _postprocessed.

@@ -162,7 +162,7 @@ class FuturesPanel:
         return {"futures": self.view, "futures_state": self.state}
 
     def wire(self, wiring: Wiring, draft: Controls, settings: Controls, compare_with: gr.Dropdown,
-             answered: gr.State, refresh: dict) -> None:
+             answered: gr.Number, refresh: dict) -> None:
         """Follow the suggestions' answers (`answered`) and the controls; zoom on a click; insert on "insert",
         then `refresh` the suggestions as a branch does."""
         view = Controls(FuturesView, depth=self.map_depth, cutoff=self.map_cutoff,

@@ -345,6 +345,11 @@ class SuggestionsPanel:
         # Each answer's mark: the page marks this panel's suggestions stale on an edit until the next one arrives
         # (outside the column: a hidden box in a column shown later would show too).
         self.answer_sync = gr.Textbox(visible="hidden", elem_id=f"answer-sync{self.suffix}")
+        # Numbers whose change the page reports, after a click's answer too (which skips gradio's queue; a state's
+        # change is reported by the queue alone): the number of suggestions at a caret, which their fit and heatmap
+        # follow; the number of the answer shown, which the map of futures follows.
+        self.follow_up = gr.Number(visible="hidden", precision=0, elem_id=f"follow-up{self.suffix}")
+        self.answered = gr.Number(visible="hidden", precision=0, elem_id=f"answered{self.suffix}")
         if self.beside:  # pressed by answer.js after each of the first panel's answers, while this panel is shown
             self.asked = gr.Button(elem_id=f"asked{self.suffix}", elem_classes="pressed-by-script")
         with gr.Column(visible=self.visible, min_width=MIN_WIDTH, elem_id=f"suggestions{self.suffix}") as self.column:
@@ -352,8 +357,6 @@ class SuggestionsPanel:
 
     def _build(self) -> None:
         self.shown_state = gr.State(None)  # the suggestions behind the buttons on screen (OnScreen)
-        self.follow_up = gr.State(None)  # the number of suggestions at a caret, which their fit and heatmap follow
-        self.answered = gr.State(None)  # the number of the answer shown, which another model's panel follows
         self.marker = gr.HTML(elem_id=f"caret-marker-view{self.suffix}")
         with gr.Row(equal_height=True, elem_id=f"branches{self.suffix}"):
             self.buttons = [gr.Button(visible=False, elem_id=f"branch{self.suffix}-{i}", elem_classes="branch-btn",
@@ -423,16 +426,17 @@ class SuggestionsPanel:
         # Every click counts, one on a button whose last click is still running included (gradio's "once" would
         # drop it): each waits its session's turn and applies to the text the one before it left.
         taking = ["text_box", "caret_sync", "conversation_state", "conversation_view", *outputs]
+        # A click skips gradio's queue (direct): the writer waits for its round trip.
         taking_inputs = dict(draft=draft, shown="shown_state", history=history, settings=settings)
         self.taken = [button.click(**wiring.handler(take_branch_and_suggest, dict(index=gr.State(i), **taking_inputs),
-                                                    taking, trigger_mode="multiple"))
+                                                    taking, trigger_mode="multiple", direct=True))
                       for i, button in enumerate(self.buttons)]
         if not self.suffix:  # Alt+W takes the first panel's word
             self.taken.append(writer.take_word.click(**wiring.handler(take_word_and_suggest, taking_inputs, taking,
-                                                                      trigger_mode="multiple")))
+                                                                      trigger_mode="multiple", direct=True)))
         token = self.plot.click(**wiring.handler(force_token, taking_inputs, ["text_box", "caret_sync", "text_base",
                                                                               "history_state"],
-                                                 trigger_mode="multiple"))
+                                                 trigger_mode="multiple", direct=True))
         token.success(**refresh)
         self.taken.append(token)
         self.refresh = refresh
