@@ -64,6 +64,7 @@ from lookahead.checks import (
     common_fields,
     offered_model_name,
 )
+from lookahead.constraints import ConstraintMismatch
 from lookahead.models import (
     available_models,
     default_model_name,
@@ -115,6 +116,7 @@ __all__ = [
     "Sampling",
     "BackendError",
     "Cancelled",
+    "ConstraintMismatch",
     "LONG_JOBS",
     "attribution",
     "attribution_stream",

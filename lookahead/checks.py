@@ -9,7 +9,7 @@ from collections.abc import Iterable
 
 from lookahead.chat import as_dicts, check_template, encode
 from lookahead.chat import check_messages as check_conversation
-from lookahead.constraints import Constraint, written_part_error
+from lookahead.constraints import Constraint, ConstraintMismatch, written_part_error
 from lookahead.constraints import check_constraint as compile_constraint
 from lookahead.models import available_models, default_model_name, load_tokenizer, stop_tokens
 from lookahead.requests import Messages
@@ -94,7 +94,7 @@ def check_constraint(constraint: object, text: str, model_name: str | None) -> C
     name = model_name or default_model_name()
     error = written_part_error(checked, text, load_tokenizer(name), stop_tokens(name))
     if error:
-        raise ValueError(error)
+        raise ConstraintMismatch(error)
     return checked
 
 

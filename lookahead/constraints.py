@@ -173,6 +173,11 @@ def free_and_constrained(offsets: Sequence[tuple[int, int]], start: int, text_en
     return len(offsets), min(start, text_end)
 
 
+class ConstraintMismatch(ValueError):
+    """The text written after a constraint's start no longer fits it: the constraint is fine, the text has moved on
+    (the page then suggests without it and says so; a malformed constraint is a plain ValueError)."""
+
+
 def written_part_error(
     constraint: Constraint, text: str, tokenizer: PreTrainedTokenizerBase, eos: tuple[int, ...]
 ) -> str:
@@ -235,7 +240,7 @@ class MatcherStore:
         else:
             taken, matcher = 0, self._pristine(key, grammar, constraint, written, tokenizer, eos).deep_copy()
         if not matcher.consume_tokens(list(tokens[taken:])):
-            raise ValueError(f"the {constraint.type} constraint refuses the text written after its start")
+            raise ConstraintMismatch(f"the {constraint.type} constraint refuses the text written after its start")
         with self._sessions.lock:  # as one step: another call of the session may store its matcher meanwhile
             entries = [e for e in self._sessions.get(key) or () if (e[0], e[1]) != (grammar, tokens)]
             self._sessions.put(key, [*entries, (grammar, tokens, matcher.deep_copy())][-self.per_session :])

@@ -7,8 +7,10 @@ A constraint is kept in the page's state as the API takes it ({"type", "value", 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import TypeVar
 
-from lookahead.constraints import check_constraint
+from lookahead.constraints import ConstraintMismatch, check_constraint
 from ui.errors import refuse
 
 TYPES = ("choice", "regex", "json_schema", "grammar")
@@ -72,6 +74,18 @@ def in_force(constraint: dict | None, text: str) -> dict | None:
     if constraint is None:
         return None
     return {**constraint, "start": min(constraint["start"], len(text))}
+
+
+Answer = TypeVar("Answer")
+
+
+def applying(ask: Callable[[dict | None], Answer], constraint: dict | None) -> tuple[Answer, str | None]:
+    """`ask(constraint)`; where the text written after the constraint's start no longer fits it, `ask(None)` and a
+    line saying that the constraint does not apply and how to release it: the writer's text is never refused."""
+    try:
+        return ask(constraint), None
+    except ConstraintMismatch as error:
+        return ask(None), f"not constrained here: {error} (or release it: Constrain → Off)"
 
 
 def describe(constraint: dict | None, text: str) -> str:

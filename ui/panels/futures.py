@@ -21,6 +21,7 @@ from history.authorship import accepted
 from lookahead.outputs import FutureNode, Multiverse
 from lookahead.sampling import Sampling
 from ui.chat import awaiting_user
+from ui.constrain import applying
 from ui.controls import Constraints, Context, Controls, Draft, Settings
 from ui.errors import refuse
 from ui.futures import Parting, futures_view, parting, path_ids
@@ -73,12 +74,13 @@ class Drawn(NamedTuple):
 
 
 def ask_map(asked: Asked, model_name: str | None, request: gr.Request) -> Multiverse:
-    """`multiverse` at the asked place, with the suggestions' settings, for one model."""
+    """`multiverse` at the asked place, with the suggestions' settings, for one model (without the constraint where
+    the text no longer fits it, as the suggestions are)."""
     place, context = asked.place, asked.context
-    return inference.multiverse.typed(
+    return applying(lambda constraint: inference.multiverse.typed(
         place.text, asked.depth, asked.cutoff, caret=place.caret, session=session_key(request),
-        model_name=model_name, messages=context.messages, constraint=asked.constraints.for_text(place.before),
-        sampling=asked.sampling, yielding=True)
+        model_name=model_name, messages=context.messages, constraint=constraint, sampling=asked.sampling,
+        yielding=True), asked.constraints.for_text(place.before))[0]
 
 
 def map_futures(draft: Draft, settings: Settings, view: FuturesView, drawn: Drawn | None,

@@ -21,6 +21,7 @@ from history import History
 from history.authorship import accepted
 from lookahead.outputs import Branch, LeadTokens, Suggestions
 from ui.chat import awaiting_user
+from ui.constrain import applying
 from ui.controls import MAX_BUTTONS, Controls, Draft, Settings
 from ui.errors import refuse
 from ui.heatmap_update import show_heatmap
@@ -113,30 +114,34 @@ def answer_mark(serial: int, text: str) -> str:
 
 
 def ask(place: Place, settings: Settings, request: gr.Request, fit_tokens: int, yielding: bool = False
-        ) -> Suggestions:
+        ) -> tuple[Suggestions, str | None]:
     """The lookahead at `place` with the page's settings (a constraint applies from the caret if it began after
-    it)."""
+    it), and why the constraint does not apply, where the text no longer fits it (ui/constrain.applying)."""
     shape, context, constraints = settings.shape, settings.context, settings.constraints
-    return inference.lookahead.typed(
+    return applying(lambda constraint: inference.lookahead.typed(
         place.text, int(shape.n_branches), int(shape.depth), branch_mode=shape.branch_mode, seed=shape.seed,
         sampling=settings.sampling, session=session_key(request), model_name=context.model_name,
         messages=context.messages, precompute=PRECOMPUTE and not yielding, partial=not yielding,
-        constraint=constraints.for_text(place.before), stop=constraints.stop_strings, fit_tokens=fit_tokens,
+        constraint=constraint, stop=constraints.stop_strings, fit_tokens=fit_tokens,
         yielding=yielding, caret=place.caret,
-    )
+    ), constraints.for_text(place.before))
 
 
 def suggestions_for(place: Place, settings: Settings, request: gr.Request) -> tuple[OnScreen, float]:
-    """The suggestions at `place` with the page's settings, and the milliseconds they took."""
+    """The suggestions at `place` with the page's settings, and the milliseconds they took. Where the constraint does
+    not apply, they are made and kept without it, and say so."""
     if settings.shape.seed is None:
         raise refuse("Give a seed (a whole number, 0 or more).")
     place = continued(place, settings.context.messages is not None)
     start = time.perf_counter()
     fit_tokens = 0 if place.caret is not None and fit_after() else FIT_TOKENS  # then complete_at_caret's
-    result = ask(place, settings, request, fit_tokens)
+    result, released = ask(place, settings, request, fit_tokens)
     ms = 1000 * (time.perf_counter() - start)
     if settings.shape.by_fit:
         result = replace(result, branches=ordered_by_fit(result.branches))
+    if released:
+        result = replace(result, notice="; ".join(filter(None, [released, result.notice])))
+        settings = replace(settings, constraints=replace(settings.constraints, constraint=None))
     return OnScreen(place.text, result, place.caret, next(ANSWERS), settings), ms
 
 
@@ -182,7 +187,7 @@ def suggest(draft: Draft, history: History, settings: Settings, request: gr.Requ
     heat = {} if result.partial or shown.caret is not None else heatmap_after(text, settings, request)
     return {"shown_state": shown, **branch_choices(result.branches, result.lead, on_screen),
             "plot": distribution_plot(result.distribution, forced_text(result), result.lead),
-            "status": status_line(result, ms, settings.constraints.constraint, shown.caret),
+            "status": status_line(result, ms, shown.settings.constraints.constraint, shown.caret),
             "marker": caret_marker(text, shown.caret),
             "read_timer": gr.Timer(READ_POLL_SECONDS, active=bool(result.partial)), **history_shown(history),
             **heat, "text_base": str(history.current), "answer_sync": answer_mark(shown.serial, text),
@@ -228,7 +233,7 @@ def complete_at_caret(
     branches = shown.result.branches
     if bool(shown.place.after and branches) and fit_after() and all(b.fit is None for b in branches):
         try:
-            result = ask(shown.place, settings, request, FIT_TOKENS, yielding=True)
+            result, _ = ask(shown.place, settings, request, FIT_TOKENS, yielding=True)
         except inference.Cancelled:
             yield gr.skip()
             return
