@@ -370,9 +370,10 @@ class _StateHolder(dict):
     """gradio's StateHolder as SessionOrder reads it: each session's states by block id."""
 
 
-def test_a_stop_reaches_only_the_continue_running_when_it_arrives():
-    """Writers' Stops arrive from other threads while their Continues start and end: a Stop reaches the run it
-    arrived during, never the next one, and nothing is left behind."""
+def test_a_stop_reaches_its_own_continue_whenever_it_arrives_and_never_another():
+    """Writers' Stops arrive from other threads before their Continues begin, while they write and after they end: a
+    Stop reaches the run it names (one asked before the run began included), never the next one, and nothing is
+    left behind."""
     from ui.panels.continuation import StopRequests
 
     stops = StopRequests()
@@ -381,17 +382,21 @@ def test_a_stop_reaches_only_the_continue_running_when_it_arrives():
     def writer(session: str):
         def work(rng: random.Random) -> None:
             end = until(SECONDS)
+            runs = 0
             while end():
-                stops.ask(session)  # before its run: dropped
-                stops.start(session)
-                assert not stops.asked(session), "a Stop from before the run does not end it"
+                runs += 1
+                run, early = f"run {runs}", rng.random() < 0.5
+                if early:
+                    stops.ask(session, run)  # before its run began (it waited its turn): it still counts
+                assert stops.asked(session, run) == early
+                assert not stops.asked(session, f"run {runs + 1}"), "a Stop never reaches the next run"
                 stopped = threading.Event()
-                threading.Thread(target=lambda: (stops.ask(session), stopped.set())).start()
+                threading.Thread(target=lambda: (stops.ask(session, run), stopped.set())).start()
                 assert stopped.wait(JOIN_SECONDS)
-                assert stops.asked(session), "a Stop during the run ends it"
-                stops.end(session)
-                assert not stops.asked(session)
+                assert stops.asked(session, run), "a Stop during the run ends it"
+                stops.end(session, run)
+                assert not stops.asked(session, run)
         return work
 
     run_threads([writer(session) for session in sessions], seed=47)
-    assert not any(stops.asked(session) for session in sessions)
+    assert not any(stops.asked(session, run) for session in sessions for run in ("run 1", "run 2"))

@@ -5,6 +5,7 @@ being written, keeping what it wrote. Its "Stop at" strings end branches too."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator
 
@@ -24,48 +25,54 @@ SOURCE_COLORS = {"n-gram draft": "#34d399", "recycled prediction": "#fbbf24", "p
 MAX_PAGE_TOKENS = 256  # a Continue from the page (the API takes up to MAX_NEW_TOKENS)
 # What the page does once a Continue's event has ended, however it ended: the keystrokes held meanwhile go in.
 CONTINUE_ENDED_JS = "() => window.continueEnded?.()"
+# The name of the Continue the page starts (keyboard.js names it as the button is clicked), as the event's last input;
+# and the one a Stop is for.
+CONTINUE_RUN_JS = "(...values) => [...values.slice(0, -1), window.continueRun ?? '']"
+STOP_RUN_JS = "() => [window.continueRun ?? '']"
 
 
 class StopRequests:
-    """The sessions whose writer asked their running Continue to stop. A Stop that arrives when none runs is
-    dropped, so that it cannot end the next one."""
+    """The Continues their writers asked to stop, by session and by the run's name (the page names each Continue it
+    starts, keyboard.js): a Stop reaches its own run whether it arrives while that run writes or before it has begun
+    (still waiting its turn, or reading the text), and never another run."""
+
+    KEPT = 1024  # sessions whose last Stop is remembered (a Stop for a run that was refused is never collected)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._running: set[str] = set()
-        self._asked: set[str] = set()
+        self._asked: dict[str, str] = {}  # session -> the run its writer last asked to stop
 
-    def start(self, session: str) -> None:
+    def ask(self, session: str, run: str) -> None:
         with self._lock:
-            self._running.add(session)
-            self._asked.discard(session)
+            self._asked.pop(session, None)
+            self._asked[session] = run
+            while len(self._asked) > self.KEPT:
+                del self._asked[next(iter(self._asked))]
 
-    def ask(self, session: str) -> None:
+    def asked(self, session: str, run: str) -> bool:
         with self._lock:
-            if session in self._running:
-                self._asked.add(session)
+            return bool(run) and self._asked.get(session) == run
 
-    def asked(self, session: str) -> bool:
+    def end(self, session: str, run: str) -> None:
         with self._lock:
-            return session in self._asked
-
-    def end(self, session: str) -> None:
-        with self._lock:
-            self._running.discard(session)
-            self._asked.discard(session)
+            if self._asked.get(session) == run:
+                del self._asked[session]
 
 
 STOPS = StopRequests()
 
 
-def stop_continuing(request: gr.Request) -> None:
-    """The writer's Stop: their running Continue ends after the token it is writing."""
-    STOPS.ask(session_key(request))
+def stop_continuing(run: str, request: gr.Request) -> None:
+    """The writer's Stop: their Continue `run` ends after the token it is writing, or before it writes one (one still
+    reading the text stops within a slice of its work)."""
+    session = session_key(request)
+    STOPS.ask(session, run or "")
+    inference.cancel(session, "continuation")
 
 
 def continue_text(
     draft: Draft, n_tokens: int, lossless: bool, history: History, context: Context, constraints: Constraints,
-    request: gr.Request,
+    request: gr.Request, run: str = "",
 ) -> Iterator[Update]:
     """Stream a greedy continuation into the text (in chat mode, the reply) at the caret, then show which tokens
     came from accepted drafts."""
@@ -82,22 +89,24 @@ def continue_text(
     method = "lookahead" if lossless else "greedy"
     where = Place(text, at)
     session = session_key(request)
-    STOPS.start(session)
     try:
-        results = inference.generate_stream.typed(text, int(n_tokens), method, session=session, messages=messages,
-                                      model_name=context.model_name, constraint=constraints.for_text(where.before),
-                                      stop=constraints.stop_strings, caret=at)
-        for result in results:
-            if STOPS.asked(session):
-                results.close()
-                break
-            yield {"text_box": inserted(where, result.text)[0], "history_state": history,
-                   "continuation_status": f"{len(result.token_ids)} tokens…"}
-        stopped = STOPS.asked(session)
+        if not STOPS.asked(session, run):  # a Stop that came before the run began: it writes nothing
+            with contextlib.closing(_continuation(text, int(n_tokens), method, session, context, constraints,
+                                                  where, at)) as results:
+                for result in results:
+                    if STOPS.asked(session, run):
+                        break
+                    so_far, caret = inserted(where, result.text)  # the caret after it: its line stays in view
+                    yield {"text_box": so_far, "caret_sync": caret_out(caret), "history_state": history,
+                           "continuation_status": f"{len(result.token_ids)} tokens…"}
+    except inference.Cancelled:
+        if not STOPS.asked(session, run):
+            raise
     finally:
-        STOPS.end(session)
-    if result is None or not result.token_ids:
-        yield {"text_box": history.text, "caret_sync": caret_out(at), "history_state": history,
+        stopped = STOPS.asked(session, run)
+        STOPS.end(session, run)
+    if result is None or not result.token_ids:  # the box keeps the text Continue was asked for, as it was
+        yield {"text_box": text, "caret_sync": caret_out(at), "history_state": history,
                "continuation_status": "Stopped before it wrote anything."}
         return
     new_text, at = inserted(where, result.text)
@@ -122,6 +131,19 @@ def continue_text(
            "history_state": history}
 
 
+def _continuation(text: str, n_tokens: int, method: str, session: str, context: Context, constraints: Constraints,
+                  where: Place, at: int | None) -> Iterator:
+    """The engine's growing continuation; a text that no longer fits the constraint is refused in the page's words."""
+    try:
+        with contextlib.closing(inference.generate_stream.typed(
+                text, n_tokens, method, session=session, messages=context.messages, model_name=context.model_name,
+                constraint=constraints.for_text(where.before), stop=constraints.stop_strings, caret=at)) as results:
+            yield from results
+    except inference.ConstraintMismatch as error:
+        raise refuse(f"Continue did not start: {error}. Edit the text there, or turn the constraint off "
+                     "(Constrain → Off).") from None
+
+
 class ContinuationPanel:
     def build(self) -> None:
         with gr.Row():
@@ -138,6 +160,7 @@ class ContinuationPanel:
             show_legend=True, elem_id="continuation", visible=False,
         )
         self.status = gr.Markdown(elem_id="continuation-status")
+        self.run = gr.Textbox(visible=False)  # carries the run's name (CONTINUE_RUN_JS, STOP_RUN_JS)
 
     def slots(self) -> dict:
         return {"continuation": self.view, "continuation_status": self.status}
@@ -146,12 +169,15 @@ class ContinuationPanel:
         writing = self.button.click(**wiring.handler(
             continue_text,
             dict(draft=draft, n_tokens=self.n_tokens, lossless=self.lossless, history="history_state",
-                 context=context, constraints=constraints),
+                 context=context, constraints=constraints, run=self.run),
             ["text_box", "caret_sync", "text_base", "continuation", "continuation_status", "history_state"],
-            concurrency_id="generate", show_progress_on=[self.status],
+            concurrency_id="generate", show_progress_on=[self.status], js=CONTINUE_RUN_JS,
         ))
         writing.success(**refresh)
-        writing.then(None, None, None, js=CONTINUE_ENDED_JS)
+        # gradio's page runs a .then() after a success alone: a refused Continue ends too.
+        for ended in (writing.then, writing.failure):
+            ended(None, None, None, js=CONTINUE_ENDED_JS)
         # At once, beside everything: a Stop waits for nothing (it touches no state of the session).
-        self.stop.click(**wiring.handler(stop_continuing, {}, [], concurrency_id="stop", concurrency_limit=None))
+        self.stop.click(js=STOP_RUN_JS, **wiring.handler(stop_continuing, dict(run=self.run), [],
+                                                         concurrency_id="stop", concurrency_limit=None))
         self.stops.blur(**refresh)
