@@ -6,6 +6,8 @@ kept apart so it can be edited at any time); app.py wires them to the page.
 
 from __future__ import annotations
 
+from history import History
+
 MODES = ("plain text", "chat")
 TEXT_LABELS = {"plain text": "Your text", "chat": "The assistant's reply (being written)"}
 
@@ -32,6 +34,20 @@ def started_by(mode: str, text: str | None, conversation: list[dict]) -> list[di
     if mode == "chat" and text and not conversation:
         return [{"role": "user", "content": text}]
     return conversation
+
+
+def prose_before_chat(history: History) -> str | None:
+    """The plain text the chat under way at the history's current node was begun from, or None. A chat begins at its
+    first "turn" node after the last one that ended a chat (a turn with no messages: going back to plain text records
+    one); its text is that of the node before it."""
+    path = [history.nodes[i] for i in history.path()]
+    begun = None
+    for i in range(len(path) - 1, 0, -1):
+        if path[i].kind == "turn":
+            if not path[i].settings.get("messages"):
+                break
+            begun = i
+    return None if begun is None else path[begun - 1].text
 
 
 def with_user_message(text: str | None, message: str | None, conversation: list[dict] | None) -> list[dict]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import gradio as gr
 
 from history import History
-from ui.chat import MODES, TEXT_LABELS, started_by, with_user_message
+from ui.chat import MODES, TEXT_LABELS, prose_before_chat, started_by, with_user_message
 from ui.history_updates import AT_NODE
 from ui.turns import send_reply, took_turn
 from ui.wiring import Update, Wiring
@@ -25,11 +25,18 @@ def switch_mode(mode: str, text: str, conversation: list[dict] | None, history: 
     conversation = conversation or []
     opened = started_by(mode, text, conversation)
     box = gr.update(label=TEXT_LABELS[mode])  # the text as it is (the writer may have typed on meanwhile) ...
+    prose = None if mode == "chat" or text else prose_before_chat(history)
     if opened != conversation:
+        history.add(text, "type")  # the text as the writer left it, which the way back to plain text brings back
         history.add("", "turn", [], {"messages": opened})
         gr.Info("Chat: your text is now the user's first message, and the box holds the assistant's reply. "
                 "Undo brings your text back.")
         box["value"] = ""  # ... unless it moved into the conversation
+    elif prose:  # ... or back to plain text with no reply begun: the text the chat was begun from
+        opened = []
+        history.add(prose, "turn", [], {"messages": opened})
+        gr.Info("Plain text: your text is back in the box; the conversation stays in the history.")
+        box["value"] = prose
     return {"text_base": str(history.current), "chat_panel": gr.update(visible=mode == "chat"), "text_box": box,
             "caret_sync": "", "conversation_state": opened,
             "conversation_view": opened, "history_state": history}
