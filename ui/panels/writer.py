@@ -12,7 +12,7 @@ from ui.errors import refuse
 from ui.history_updates import DEFAULT_TEXT, EDITED, edited
 from ui.insertion import Place, caret_in, inserted
 from ui.on_screen import OnScreen, node_settings
-from ui.scripts import PLACE_CARET_JS
+from ui.scripts import PLACE_CARET_JS, SHOW_CARET_JS
 from ui.wiring import Update, Wiring
 
 
@@ -56,6 +56,8 @@ class WriterPanel:
 
     def wire(self, wiring: Wiring, refresh: dict) -> None:
         self.caret_sync.change(None, self.caret_sync, None, js=PLACE_CARET_JS)  # an insertion moved the caret
+        # The page put a text in the box where the caret did not move (undo, Continue's next tokens): its line in view.
+        self.text_box.change(None, None, None, js=SHOW_CARET_JS)
         gr.on([self.append.click, self.extra_box.submit], **wiring.handler(
             append_text, dict(draft=self.draft, extra=self.extra_box, shown="shown_state", history="history_state"),
             [*EDITED, "extra_box"])).success(**refresh)

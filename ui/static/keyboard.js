@@ -78,6 +78,9 @@ document.addEventListener("click", (e) => {
   } else if (e.target.closest && e.target.closest("#continue")) {
     continuing = true;
     document.body.classList.add("continuing");
+    // The run's name: Continue's event sends it, and so does a Stop, which then reaches this run alone, even one that
+    // has not begun writing yet.
+    window.continueRun = Date.now().toString(36) + Math.random().toString(36).slice(2);
   }
 }, true);
 document.addEventListener("beforeinput", (e) => {
@@ -139,3 +142,31 @@ document.addEventListener("keydown", (e) => {
     e.preventDefault();
   }
 });
+// The page put a text in the box (an insertion, Continue's next tokens, undo, a reload, chat and back): the box's own
+// scroll stays where it was, or goes to the top, wherever the caret is. Once the caret is placed, scroll the box so
+// that the caret's line is in view (a copy of the text up to the caret, laid out as the box lays it out, says where).
+// The writer's own typing is left to the browser, which keeps their caret in view itself.
+let typedValue = null;
+document.addEventListener("input", (e) => { if (inText(e)) typedValue = e.target.value; }, true);
+window.showCaret = () => {
+  const box = document.querySelector("#text textarea");
+  const typed = box?.value === typedValue;
+  typedValue = null;  // once: the page may put that same text back later (chat and back)
+  if (!box || typed) return;
+  const style = getComputedStyle(box);
+  const copy = document.createElement("div");
+  for (const name of ["font", "padding", "border", "boxSizing", "letterSpacing", "lineHeight", "overflowWrap",
+                      "wordBreak", "tabSize"]) copy.style[name] = style[name];
+  Object.assign(copy.style, { position: "absolute", visibility: "hidden", whiteSpace: "pre-wrap",
+                              width: box.clientWidth + "px", height: "auto", overflowY: "hidden" });
+  copy.textContent = box.value.slice(0, box.selectionStart);
+  const mark = document.createElement("span");
+  mark.textContent = "|";
+  copy.appendChild(mark);
+  document.body.appendChild(copy);
+  const top = mark.offsetTop, bottom = top + mark.offsetHeight;
+  copy.remove();
+  if (top < box.scrollTop || bottom > box.scrollTop + box.clientHeight) {
+    box.scrollTop = Math.max(0, bottom - box.clientHeight + mark.offsetHeight);
+  }
+};

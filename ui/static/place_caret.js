@@ -3,7 +3,7 @@
 // "" at the end; the textarea counts UTF-16 units, which differ after an emoji). A value the writer's own caret
 // wrote there (keyboard.js) is where the caret already is: moving it again a few frames later would undo the
 // keystrokes typed meanwhile.
-// Until it has, the caret sits wherever the new value left it (the end): keyboard.js reads no caret meanwhile
+// Then the box scrolls to the caret's line (keyboard.js). Until it has, the caret sits wherever the new value left it (the end): keyboard.js reads no caret meanwhile
 // (window.caretPending), or a caret move timed just then would ask for suggestions at the end of the text.
 (caret) => {
   if (caret === window.caretFromWriter) return caret;
@@ -16,6 +16,7 @@
     const at = caret === "" || caret == null ? chars.length : Math.min(Number(caret), chars.length);
     const units = chars.slice(0, at).join("").length;
     if (box.selectionStart !== units) box.setSelectionRange(units, units);
+    window.showCaret?.();
   }));
   return caret;
 }
