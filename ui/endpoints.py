@@ -8,14 +8,17 @@ as strict JSON text. docs/api.md documents them in full.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import inspect
 import json
 import math
 import re
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 
+import anyio
 import gradio as gr
 
 import custom_llm_inference as inference
@@ -31,6 +34,10 @@ def from_mcp(request: gr.Request | None) -> bool:
     return request is not None and request.headers.get(MCP_CLIENT_HEADER[0]) == MCP_CLIENT_HEADER[1]
 
 
+# The sessions the endpoint call running in this context works in (`cancellable` reads them; `caller_session` adds).
+CALL_SESSIONS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("call_sessions", default=None)
+
+
 @contextmanager
 def caller_session(request: gr.Request | None) -> Iterator[str]:
     """The session an API call runs in.
@@ -40,10 +47,15 @@ def caller_session(request: gr.Request | None) -> Iterator[str]:
     backend one cache salt): one could probe what another wrote. So an MCP call runs in a session of its own,
     shared with nothing, and forgotten when the call ends. Claiming the MCP header only buys that isolation.
     """
+    sessions = CALL_SESSIONS.get()
     if not from_mcp(request):
+        if sessions is not None:
+            sessions.append(session_key(request))
         yield session_key(request)
         return
     session = f"mcp-{secrets.token_hex(16)}"
+    if sessions is not None:
+        sessions.append(session)
     try:
         yield session
     finally:
@@ -303,16 +315,61 @@ def described(fn: Callable) -> Callable:
     return fn
 
 
-# Each endpoint and the concurrency group it runs in: "generate" for continuations, "explain" for attributions.
-ENDPOINTS = [(api_lookahead, "interact"), (api_generate, "generate"), (api_next_token_distribution, "interact"),
-             (api_token_probabilities, "interact"), (api_attribution, "explain"), (api_compare, "interact"),
-             (api_multiverse, "interact")]
+def cancellable(fn: Callable, kinds: tuple[str, ...]) -> Callable:
+    """`fn` (an endpoint: a function, or a generator function that streams) as a coroutine (an async generator) whose
+    cancellation stops its model work: the long jobs of `kinds` it runs in its caller's session end within a slice
+    (lookahead/scheduler.py). gradio cancels an event's task when its caller cancels (gradio_client's `cancel()`),
+    but what it runs in a worker thread would work on to its end."""
+
+    @contextmanager
+    def stopping_when_cancelled(sessions: list[str]) -> Iterator[None]:
+        token = CALL_SESSIONS.set(sessions)  # the worker threads run in copies of this context
+        try:
+            yield
+        except anyio.get_cancelled_exc_class():
+            for session in sessions:
+                for kind in kinds:
+                    inference.cancel(session, kind)
+            raise
+        finally:
+            CALL_SESSIONS.reset(token)
+
+    def in_thread(work: Callable) -> Awaitable:
+        return anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        async def stream(*args, **kwargs):
+            sessions: list[str] = []
+            with stopping_when_cancelled(sessions):
+                answers = await in_thread(lambda: fn(*args, **kwargs))
+                done = object()
+                while (answer := await in_thread(lambda: next(answers, done))) is not done:
+                    yield answer
+
+        return stream
+
+    @functools.wraps(fn)
+    async def call(*args, **kwargs):
+        with stopping_when_cancelled([]):
+            return await in_thread(functools.partial(fn, *args, **kwargs))
+
+    return call
+
+
+# Each endpoint, the concurrency group it runs in ("generate" for continuations, "explain" for attributions) and the
+# long jobs its work runs as, which a caller's cancel() stops.
+ENDPOINTS = [(api_lookahead, "interact", ("lookahead", "read")), (api_generate, "generate", ("continuation",)),
+             (api_next_token_distribution, "interact", ("read",)), (api_token_probabilities, "interact", ("read",)),
+             (api_attribution, "explain", ("attribution",)), (api_compare, "interact", ("lookahead", "read")),
+             (api_multiverse, "interact", ("map",))]
 
 
 def serve_endpoints() -> None:
     """Register the endpoints (and so the MCP tools) on the Blocks being built, named as the public functions."""
-    for api, group in ENDPOINTS:
-        endpoint = handled(described(api))
+    for api, group, kinds in ENDPOINTS:
+        endpoint = cancellable(handled(described(api)), kinds)
         endpoint.__name__ = api.__name__.removeprefix("api_")  # the MCP tool's name: the endpoint's
         limit = {"concurrency_limit": EXPLANATIONS_AT_ONCE} if group == "explain" else {}
         gr.api(endpoint, api_name=endpoint.__name__, concurrency_id=group, **limit)
