@@ -209,3 +209,29 @@ def test_every_endpoint_takes_an_offered_model_and_refuses_others(client, tiny_m
     for endpoint in ("/lookahead", "/next_token_distribution", "/token_probabilities", "/generate", "/multiverse"):
         with pytest.raises(Exception, match="model_name must be one of"):
             client.predict(text, model_name="gpt2", api_name=endpoint)
+
+
+@pytest.mark.parametrize("api_name, kind", [("/attribution", "attribution"), ("/generate", "continuation")])
+def test_a_call_its_client_cancels_stops_its_work_at_once_and_the_server_goes_idle(app_url, api_name, kind):
+    """gradio_client's cancel() on a long "why?" or continuation: the job's end is signalled within a deadline (the
+    scheduler no longer lists it), and the process then spends next to no CPU (it does not work on to the end)."""
+    import time
+
+    from lookahead.scheduler import scheduler
+
+    text = "The lighthouse keeper climbed the stairs to light the lamp. " * 150  # ~1,800 tokens
+    args = (text, None, "integrated_gradients", 64, 2048) if api_name == "/attribution" else (text, 1024, "greedy")
+    job = Client(app_url, verbose=False).submit(*args, api_name=api_name)
+    deadline = time.monotonic() + 120
+    while not [j for j in scheduler.running() if j.kind == kind]:
+        assert time.monotonic() < deadline and not job.done(), f"the job started ({job.done() and job.result()})"
+        time.sleep(0.02)
+    job.cancel()
+    deadline = time.monotonic() + 30
+    while [j for j in scheduler.running() if j.kind == kind]:
+        assert time.monotonic() < deadline, "a cancelled call's job ends within a slice, not at its end"
+        time.sleep(0.02)
+    cpu, wall = time.process_time(), time.monotonic()
+    time.sleep(2.0)
+    used = (time.process_time() - cpu) / (time.monotonic() - wall)
+    assert used < 0.25, f"the server is idle after the cancel: {used:.2f} of a core"

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 
+import custom_llm_inference as inference
 from history import History
 from lookahead.outputs import (
     Alternative,
@@ -478,6 +479,20 @@ def test_switching_to_chat_makes_the_text_the_users_first_message_and_undo_bring
     assert "value" not in box and kept == [{"role": "user", "content": "Hi"}], "text typed meanwhile is not overwritten"
 
 
+def test_chat_and_back_to_plain_text_with_no_reply_begun_brings_the_text_back_and_chat_again_takes_it_again():
+    h = History.start("The keeper", "m")
+    prose = "The keeper climbed the stairs"  # typed, not yet recorded when the writer switched
+    box, conversation, h = at(switch_mode("chat", prose, None, h), "text_box", "conversation_state", "history_state")
+    assert box["value"] == "" and conversation == [{"role": "user", "content": prose}]
+    box, conversation, h = at(switch_mode("plain text", "", conversation, h), "text_box", "conversation_state",
+                              "history_state")
+    assert box["value"] == prose == h.text and conversation == [] == h.conversation(), "the text, whole"
+    box, conversation = at(switch_mode("chat", prose, conversation, h), "text_box", "conversation_state")
+    assert box["value"] == "" and conversation == [{"role": "user", "content": prose}]
+    _, conversation, h = at(move(h, "undo"), "text_box", "conversation_state", "history_state")
+    assert h.text == prose and conversation == [], "undo from the new chat: the plain text"
+
+
 def test_a_reply_answering_no_user_message_is_refused_not_sent_as_a_turn():
     with pytest.raises(ValueError, match="no user message comes before it"):
         with_user_message("Some plain text", "Hello", [])
@@ -689,6 +704,21 @@ def test_continue_refuses_more_tokens_than_the_page_offers():
                            Constraints(None, None), None))
 
 
+def test_a_stop_asked_before_its_continue_began_ends_it_before_it_writes_and_the_box_keeps_the_writers_text():
+    """The writer typed " sat" (not yet recorded), pressed Continue and at once a key: the Stop reached the server
+    before the Continue began. It writes nothing, and the box keeps what the writer had typed."""
+    from ui.controls import Constraints, Context
+    from ui.panels.continuation import STOPS, continue_text
+
+    STOPS.ask("anonymous", "run-early")
+    context = Context("plain text", None, None, "m")
+    answers = list(continue_text(Draft("The cat sat", "", "~0"), 8, True, History.start("The cat", "m"), context,
+                                 Constraints(None, None), None, "run-early"))
+    assert [answer["text_box"] for answer in answers] == ["The cat sat"]
+    assert answers[-1]["continuation_status"] == "Stopped before it wrote anything."
+    assert not STOPS.asked("anonymous", "run-early"), "the run's Stop is let go as it ends"
+
+
 def test_a_page_event_sends_what_gradios_own_processing_would():
     """The page's events turn gradio's pre- and postprocessing off (a worker-thread hop per component): each answer is
     postprocessed in the handler instead, and gradio's own path, run over the same answer, sends the same."""
@@ -728,3 +758,23 @@ def test_a_click_skips_gradios_queue_except_on_zerogpu(monkeypatch):
         monkeypatch.setenv("SPACES_ZERO_GPU", "true")
         listener = Wiring(slots).handler(lambda history: {}, dict(history="history_state"), ["status"], direct=True)
     assert "queue" not in listener
+
+
+def test_a_text_that_no_longer_fits_the_constraint_gets_free_suggestions_that_say_so(embedded):
+    """The writer typed on past a constraint's options: the suggestions keep coming, as without the constraint (the
+    API's own), the status says it does not apply and how to release it; the text is never refused."""
+    from ui.controls import BranchShape, Constraints, Context, Settings
+    from ui.panels.suggestions import suggest
+
+    asked = "The keeper was asked whether the storm would pass. He said"
+    text = asked + " March"
+    constraint = {"type": "choice", "value": [" yes", " no"], "start": len(asked)}
+    context = Context("plain text", None, None, inference.default_model_name())
+    settings = Settings(BranchShape(5, 3), Sampling(), context, Constraints(constraint, None), None)
+    with pytest.raises(inference.ConstraintMismatch, match="does not fit the choice constraint"):
+        inference.lookahead(text, 5, 3, constraint=constraint)
+    answer = suggest(Draft(text, "", "~0"), History.start(asked, "m"), settings, None)
+    free = inference.lookahead(text, 5, 3, session="free")
+    assert [b.text for b in answer["shown_state"].result.branches] == [b["text"] for b in free["branches"]]
+    assert "not constrained here" in answer["status"] and "Constrain → Off" in answer["status"]
+    assert "constrained (choice)" not in answer["status"]

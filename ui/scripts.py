@@ -36,6 +36,8 @@ IMPORT_HTML = static("import.html")
 DOWNLOAD_JS = static("download.js")
 CARET_JS = static("caret.js")
 PLACE_CARET_JS = static("place_caret.js")
+# Once the page has applied a text it put in the box, and placed the caret: the caret's line in view (keyboard.js).
+SHOW_CARET_JS = "() => requestAnimationFrame(() => requestAnimationFrame(() => window.showCaret?.()))"
 ANSWER_JS = static("answer.js")
 CSS = static("page.css")
 
@@ -52,5 +54,8 @@ def keep_settings_js(names: list[str]) -> str:
 
 
 
-# The localStorage key of that copy, as the script spells it (the browser tests read the copy by it).
-STORAGE_KEY: str = json.loads(re.search(r"const STORAGE_KEY = (\"[^\"]+\")", HISTORY_SYNC_JS).group(1))
+# The localStorage keys of that copy, of the kept settings and of the text typed last, as the script spells them
+# (the browser tests read and set them).
+STORAGE_KEY, SETTINGS_KEY, DRAFT_KEY = (
+    json.loads(re.search(rf"const {name} = (\"[^\"]+\")", HISTORY_SYNC_JS).group(1))
+    for name in ("STORAGE_KEY", "SETTINGS_KEY", "DRAFT_KEY"))
