@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +55,8 @@ def main() -> None:
             print(f"seed {seed}: {args.sequences} sequences of up to {args.steps} steps", flush=True)
             seeded(seed)(lambda: run_state_machine_as_test(machine, settings=run))()
             found = "nothing"
-    except Exception as error:  # noqa: BLE001 - the failing sequence is printed by hypothesis above
+    except Exception as error:  # noqa: BLE001 - reported whole: the failing sequence and what failed in it
+        traceback.print_exception(error)
         found = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
     finally:
         demo.close()

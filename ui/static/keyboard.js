@@ -94,6 +94,10 @@ function replayHeld() {
     requestAnimationFrame(replayHeld);
     return;
   }
+  // Only now is the text box the writer's again: a key typed since Continue's event ended was held too, after the
+  // keys before it, so that every key goes in in the order it was typed.
+  continuing = false;
+  document.body.classList.remove("continuing");
   const box = document.querySelector("#text textarea");
   if (!box || !held.length) return;
   for (const action of held.splice(0)) {
@@ -108,12 +112,9 @@ function replayHeld() {
     }
   }
 }
-// Continue's event has ended, however it ended (ui/panels/continuation.py): the text box is the writer's again.
-window.continueEnded = () => {
-  continuing = false;
-  document.body.classList.remove("continuing");
-  requestAnimationFrame(() => requestAnimationFrame(replayHeld));  // once the last answer is on the page
-};
+// Continue's event has ended, however it ended (ui/panels/continuation.py): once its last answer is on the page, the
+// text box is the writer's again, with what they typed meanwhile.
+window.continueEnded = () => requestAnimationFrame(() => requestAnimationFrame(replayHeld));
 // Taking a branch or a plot token (a click, a tap, Alt+1…9): new suggestions are on their way.
 document.addEventListener("click", (e) => {
   if (e.target.closest && e.target.closest(".branch-btn, .distribution [data-token-id]") && !e.target.closest(".why")) {
