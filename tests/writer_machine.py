@@ -341,11 +341,12 @@ class WriterOnThePage(RuleBasedStateMachine):
         self.answered = None
 
 
-# The page as `settle` reads it: the box's text, the mark of the answer shown (answer.js), whether Continue runs, and
-# how many errors were shown since they were last read.
+# The page as `settle` reads it: the box's text, the mark of the answer shown (answer.js), whether Continue or an event
+# that answers on the status line runs (its tracker shows), and how many errors were shown since they were last read.
 ANSWER_JS = """() => ({
   text: document.querySelector("#text textarea")?.value ?? null,
   answer: document.querySelector("#answer-sync textarea, #answer-sync input")?.value ?? "",
-  busy: document.body.classList.contains("continuing"),
+  busy: document.body.classList.contains("continuing") || [...document.querySelectorAll(
+    "#status [data-testid=status-tracker]")].some((t) => !t.classList.contains("hide") && t.offsetHeight > 0),
   errors: (window.pageErrors || []).length,
 })"""
