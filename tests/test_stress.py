@@ -390,12 +390,16 @@ def test_a_stop_reaches_its_own_continue_whenever_it_arrives_and_never_another()
                     stops.ask(session, run)  # before its run began (it waited its turn): it still counts
                 assert stops.asked(session, run) == early
                 assert not stops.asked(session, f"run {runs + 1}"), "a Stop never reaches the next run"
+                stops.start(session, run)
                 stopped = threading.Event()
-                threading.Thread(target=lambda: (stops.ask(session, run), stopped.set())).start()
-                assert stopped.wait(JOIN_SECONDS)
+                running = []
+                threading.Thread(target=lambda: (running.append(stops.ask(session, run)), stopped.set())).start()
+                assert stopped.wait(JOIN_SECONDS) and running == [True], "a Stop during the run finds it under way"
                 assert stops.asked(session, run), "a Stop during the run ends it"
                 stops.end(session, run)
                 assert not stops.asked(session, run)
+                assert not stops.ask(session, run), "a Stop after its run ended finds nothing under way"
+                stops.end(session, run)
         return work
 
     run_threads([writer(session) for session in sessions], seed=47)

@@ -41,13 +41,20 @@ class StopRequests:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._asked: dict[str, str] = {}  # session -> the run its writer last asked to stop
+        self._running: dict[str, str] = {}  # session -> its run under way
 
-    def ask(self, session: str, run: str) -> None:
+    def start(self, session: str, run: str) -> None:
+        with self._lock:
+            self._running[session] = run
+
+    def ask(self, session: str, run: str) -> bool:
+        """Ask `run` to stop; whether it is under way (then its model work is to be cancelled too)."""
         with self._lock:
             self._asked.pop(session, None)
             self._asked[session] = run
             while len(self._asked) > self.KEPT:
                 del self._asked[next(iter(self._asked))]
+            return self._running.get(session) == run
 
     def asked(self, session: str, run: str) -> bool:
         with self._lock:
@@ -55,8 +62,9 @@ class StopRequests:
 
     def end(self, session: str, run: str) -> None:
         with self._lock:
-            if self._asked.get(session) == run:
-                del self._asked[session]
+            for runs in (self._asked, self._running):
+                if runs.get(session) == run:
+                    del runs[session]
 
 
 STOPS = StopRequests()
@@ -66,8 +74,8 @@ def stop_continuing(run: str, request: gr.Request) -> None:
     """The writer's Stop: their Continue `run` ends after the token it is writing, or before it writes one (one still
     reading the text stops within a slice of its work)."""
     session = session_key(request)
-    STOPS.ask(session, run or "")
-    inference.cancel(session, "continuation")
+    if STOPS.ask(session, run or ""):  # only that run's work: a late Stop must not cancel a Continue asked since
+        inference.cancel(session, "continuation")
 
 
 def continue_text(
@@ -89,6 +97,7 @@ def continue_text(
     method = "lookahead" if lossless else "greedy"
     where = Place(text, at)
     session = session_key(request)
+    STOPS.start(session, run)
     try:
         if not STOPS.asked(session, run):  # a Stop that came before the run began: it writes nothing
             with contextlib.closing(_continuation(text, int(n_tokens), method, session, context, constraints,
