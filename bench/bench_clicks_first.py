@@ -9,19 +9,21 @@ alone, then while A's long job runs, started through A's own gradio_client sessi
   continue     A continues a text by 256 tokens
   paste        A pastes an ~8k-token text: A's suggestions come at once from its last tokens, the rest is read
                in the background (lookahead/reading.py)
+  paste-cold   the same, with B's clicks from the moment A's request is sent, while A's first answer is read
   paste-whole  the same on a server that reads every text whole within the call (LOOKAHEAD_FIRST_ANSWER_SECONDS=0),
                as before partial answers: the baseline
 Reported: B's median click alone and during A's job, their ratio (the cost of sharing the two cores: A's job ran
-alone while B read, which is its share of B's click, so the target is at most 1.2x), B's slowest click during A's job
-(a click that waited for all of it), and whether A's job was still running when B's clicks ended (so they were
-measured against it). A's explanation is then replaced by a newer question of A's, which cancels it (it would run
-minutes more).
+alone while B read, which is its share of B's click, so the target is at most 1.2x), B's slowest click alone and
+during A's job (a click that waited for all of it), their ratio (the same target), and whether A's job was still
+running when B's clicks ended (so they were measured against it). A's explanation is then replaced by a newer
+question of A's, which cancels it (it would run minutes more).
 
 Back to back (`--share`): A's shorter explanation (integrated gradients, 8 points, a 512-token window of the writer's
 ~600-token text) alone, then while B clicks with no pause until it ends: A's time against alone (clicks first would
 starve it; its fair share keeps it within 4x) and B's clicks against B's alone, back to back too (the target is at
 most 1.5x).
-Run: python bench/bench_clicks_first.py [--clicks 5] [--jobs explain continue paste paste-whole] [--reading] [--share]
+Run: python bench/bench_clicks_first.py [--clicks 5] [--jobs explain continue paste paste-cold paste-whole]
+     [--reading] [--share]
 """
 
 from __future__ import annotations
@@ -53,20 +55,22 @@ JOBS = {
                                             api_name="/attribution"),
     "continue": lambda client: client.submit(LONG_TEXT[:3000], 256, "greedy", api_name="/generate"),
     "paste": lambda client: client.submit(PASTE, 5, 3, api_name="/lookahead"),
+    "paste-cold": lambda client: client.submit(PASTE, 5, 3, api_name="/lookahead"),
     "paste-whole": lambda client: client.submit(PASTE, 5, 3, api_name="/lookahead"),
 }
+READS = ("paste", "paste-cold")  # A's job is a read of its text
 SERVER_ENV = {"paste-whole": {"LOOKAHEAD_FIRST_ANSWER_SECONDS": "0"}}  # a server of its own, with this set
 READING_SECONDS = 1.5  # a writer reads the suggestions before the next click (bench_browser.py's pace)
 READING_TABLE = (f"B's clicks {READING_SECONDS} s apart:\n\n| A's long job | B's click alone (ms) | during A's job "
-                 "(ms) | ratio | B's slowest click during (ms) | A's job still running after |\n"
-                 "|---|---:|---:|---:|---:|---|")
+                 "(ms) | ratio | B's slowest click alone (ms) | during (ms) | ratio | A's job still running after |\n"
+                 "|---|---:|---:|---:|---:|---:|---:|---|")
 SHARE_TABLE = ("\nB's clicks back to back:\n\n| A's explanation alone (s) | under B's clicks (s) | ratio | B's click "
                "alone (ms) | during (ms) | ratio | B's clicks |\n|---:|---:|---:|---:|---:|---:|---:|")
 
 
 def still_running(name: str, visitor_a: Client, job) -> bool:
     """Whether A's job is still under way: for a paste, whether A's text is still being read."""
-    if name == "paste":
+    if name in READS:
         return visitor_a.predict(PASTE, 5, 3, api_name="/lookahead")["partial"] is not None
     return not job.done()
 
@@ -96,12 +100,14 @@ def clicks(writer: Client, text: str, branch: dict, times: Iterable, pause: floa
 def clicks_at_reading_pace(name: str, url: str, n: int) -> str:
     """B's n clicks at reading pace alone, then during A's job `name`: the report's row."""
     writer = Client(url, verbose=False)
-    alone = statistics.median(clicks(writer, *start_writing(writer), range(n), READING_SECONDS))
+    alone_seconds = clicks(writer, *start_writing(writer), range(n), READING_SECONDS)
+    alone = statistics.median(alone_seconds)
     writer = Client(url, verbose=False)
     writing = start_writing(writer)  # B is writing when A's job starts
     visitor_a = Client(url, verbose=False)
     job = JOBS[name](visitor_a)
-    time.sleep(3)  # A's job is under way (its first slices run)
+    if name != "paste-cold":
+        time.sleep(3)  # A's job is under way (its first slices run)
     seconds = clicks(writer, *writing, range(n), READING_SECONDS)
     during = statistics.median(seconds)
     ran_throughout = "yes" if still_running(name, visitor_a, job) else "no: it ended first"
@@ -111,9 +117,10 @@ def clicks_at_reading_pace(name: str, url: str, n: int) -> str:
         job.result(timeout=3600)
     except Exception:  # noqa: BLE001 - the cancelled explanation ends so
         pass
-    while name == "paste" and still_running(name, visitor_a, job):  # its read ends before the next job
+    while name in READS and still_running(name, visitor_a, job):  # its read ends before the next job
         time.sleep(1)
-    return (f"| {name} | {1000 * alone:.0f} | {1000 * during:.0f} | {during / alone:.2f}× | {1000 * max(seconds):.0f} "
+    return (f"| {name} | {1000 * alone:.0f} | {1000 * during:.0f} | {during / alone:.2f}× | "
+            f"{1000 * max(alone_seconds):.0f} | {1000 * max(seconds):.0f} | {max(seconds) / max(alone_seconds):.2f}× "
             f"| {ran_throughout} |")
 
 

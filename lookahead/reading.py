@@ -62,6 +62,7 @@ class Read:
     rows: Scores | None = None
     finished: threading.Event = field(default_factory=threading.Event)
     answers: dict[Hashable, dict] = field(default_factory=dict)  # partial answers given, by request
+    waiting: bool = False  # planned and not yet queued (`Reader.begin`): its first answer is given first
 
     def serves(self, ids: Sequence[int], scored: bool) -> bool:
         """Whether this read leads to `ids` (they begin with its tokens), scored if need be."""
@@ -98,8 +99,9 @@ class Reader:
         return read if read is not None and request in read.answers and not read.finished.is_set() else None
 
     def plan(self, key: Hashable, ids: Sequence[int], name: str, model: PreTrainedModel,
-             scored: bool = False) -> Read | None:
-        """The read that leads to `ids`, queued if need be; None when the session's cache leaves at most
+             scored: bool = False, begin: bool = True) -> Read | None:
+        """The read that leads to `ids`, queued if need be (not yet where `begin` is False: the caller gives its first
+        answer first, with the cores, and then calls `begin`); None when the session's cache leaves at most
         READ_IN_CALL_WINDOWS windows to read (the call then reads them itself). A read the session no longer
         needs (its text was edited before the end of what it reads) is cancelled first, keeping what it read."""
         if FIRST_ANSWER_SECONDS <= 0 or self._closed:
@@ -117,15 +119,25 @@ class Reader:
         if end - held <= READ_IN_CALL_WINDOWS * self.window(name, model):
             return None
         question = tuple(ids[:end])
-        read = Read(key, question, ids[end], model, scheduler.start(key[1], "read", question, name), scored)
+        read = Read(key, question, ids[end], model, scheduler.start(key[1], "read", question, name), scored,
+                    waiting=True)
         with self._lock:
             self._reads[key] = read
+        if begin:
+            self.begin(read)
+        return read
+
+    def begin(self, read: Read) -> None:
+        """Queue a planned read (once only; one cancelled before it began has ended)."""
+        with self._lock:
+            if not read.waiting:
+                return
+            read.waiting = False
             self._queue.append(read)
             if self._worker is None:
                 self._worker = threading.Thread(target=self._work, name="read", daemon=True)
                 self._worker.start()
             self._queued.notify_all()
-        return read
 
     def wait(self, session: str | None = None) -> None:
         """Until the reads of `session` (or all), queued or under way, have ended."""
@@ -155,10 +167,11 @@ class Reader:
     def _stop(self, read: Read) -> None:
         scheduler.stop(read.job)
         with self._lock:
-            queued = read in self._queue
-            if queued:
+            queued = read in self._queue or read.waiting
+            if read in self._queue:
                 self._queue.remove(read)
-        if queued:  # between two of its chunks: this thread ends it
+            read.waiting = False
+        if queued:  # between two of its chunks, or not begun: this thread ends it
             self._finish(read)
         read.finished.wait()
 

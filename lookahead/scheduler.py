@@ -204,6 +204,16 @@ class Scheduler:
         with self._changed:
             return [job for job in self._jobs if session in (None, job.session)]
 
+    @contextmanager
+    def long_job(self, session: str, kind: str, question: Hashable = None, model: str | None = None) -> Iterator[Job]:
+        """Run the model work inside as a long job (`start`, in its slices, `finish`d on the way out)."""
+        job = self.start(session, kind, question, model)
+        try:
+            with self.sliced(job):
+                yield job
+        finally:
+            self.finish(job)
+
     def steps(self, job: Job, work: Generator[Step, None, Result]) -> Generator[Step, None, Result]:
         """`work`'s steps, each computed in `job`'s slices; the job ends with it (done, cancelled or dropped)."""
         try:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -20,7 +21,7 @@ import custom_llm_inference as inference
 from lookahead import reading
 from lookahead.scheduler import scheduler
 from reference import assert_matches_reference, reference_lookahead, reference_scores
-from threads import SECONDS, run_threads, until
+from threads import JOIN_SECONDS, SECONDS, run_threads, until
 
 WINDOW = 96  # tokens a partial answer reads, set here instead of measured
 CHUNK = 128  # small chunks, so a text of a few hundred tokens is read in several
@@ -134,6 +135,39 @@ def test_a_read_yields_to_another_sessions_click_and_an_edit_before_its_end_canc
     reader.wait("A")
     assert inference.lookahead(edited, session="A")["partial"] is None
 
+
+
+def test_a_long_texts_first_answer_waits_for_another_sessions_click_and_its_read_begins_once_it_is_given(
+    partial_answers, embedded
+):
+    """Reading the text's last tokens for the first answer is a second's model work: it is part of the read's long job,
+    so another visitor's click has the cores, and the rest of the read waits for the answer."""
+    reader = inference.backend().reader
+    answers = []
+    first = threading.Thread(target=lambda: answers.append(inference.lookahead(TEXT, session="A")))
+    with scheduler.interactive():  # another session's click, under way
+        first.start()
+        deadline = time.monotonic() + JOIN_SECONDS
+        while not any(job.waits for job in scheduler.running("A")):
+            assert time.monotonic() < deadline, "A's first answer never reached a slice"
+            time.sleep(0.01)
+        read = reader._reads[key("A")]
+        assert read.waiting and read.read_tokens == 0 and not answers, "nothing of A's ran beside the click"
+    first.join(JOIN_SECONDS)
+    assert answers[0]["partial"]["read_tokens"] == 0, "the read began after the answer"
+    reader.wait("A")
+    assert read.read_tokens == len(read.ids) and not read.job.cancelled
+
+
+def test_a_read_stopped_before_it_began_ends(partial_answers, embedded):
+    reader = inference.backend().reader
+    _, tokenizer = embedded
+    read = reader.plan(key("A"), ids_of(TEXT, tokenizer), inference.default_model_name(), embedded[0], begin=False)
+    assert read.waiting and not read.finished.is_set()
+    reader.stop("A")
+    assert read.finished.is_set() and scheduler.running("A") == []
+    reader.begin(read)
+    assert not reader._queue, "an ended read is not queued"
 
 
 def test_one_sessions_reads_on_two_models_both_run_to_their_end(partial_answers, embedded, monkeypatch):

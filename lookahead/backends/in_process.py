@@ -77,13 +77,12 @@ class InProcess(Stores):
         if yielding:
             return self._yielding(request, "lookahead")
         stop_stale_maps(request)
-        read = read_first(self, request) if partial else None
+        read = read_first(self, request, begin=False) if partial else None
+        if read is not None:
+            return self._first_answer(request, read)
         with scheduler.interactive():
-            if read is None:
-                result = last(self._serve(request))
-            else:  # a long text: answered at once from its last tokens, while it is read (lookahead/reading.py)
-                result = last(self._serve(request, lambda: iter([partial_lookahead(self, request, read)])))
-        if precompute and read is None and not on_zero_gpu():
+            result = last(self._serve(request))
+        if precompute and not on_zero_gpu():
             self.last_shown.put(request.key, (request, result))
             self.speculator.start(clicks_ahead(self.last_shown, request, result),
                                   lambda taken, scratch: run_lookahead(self, taken, store=scratch))
@@ -106,12 +105,8 @@ class InProcess(Stores):
         # The few tokens left (at most READ_IN_CALL_WINDOWS windows), as a long job rather than interactive work: a
         # newer read of the session, Stop or its departure stops them within a slice, and other visitors' clicks
         # come first.
-        job = scheduler.start(request.session, "read", request, request.model)
-        try:
-            with scheduler.sliced(job):
-                return last(self._serve(request))
-        finally:
-            scheduler.finish(job)
+        with scheduler.long_job(request.session, "read", request, request.model):
+            return last(self._serve(request))
 
     def generate(self, request: GenerateRequest) -> Iterator[Continuation]:
         yield from self._serve(request)
@@ -162,15 +157,22 @@ class InProcess(Stores):
         """`request` as a long job of `kind`: after what is being precomputed for the session (it makes the next click
         instant; as one more real request this call would stop it and drop the ready answers), then every module call
         waits while interactive work runs. Cancelled, it stops at once, waiting or not."""
-        job = scheduler.start(request.session, kind, request, request.model)
-        try:
+        with scheduler.long_job(request.session, kind, request, request.model) as job:
             while not self.speculator.wait(CANCEL_POLL_SECONDS, request.key):
                 if job.cancelled:
                     raise Cancelled(f"the {kind} was cancelled")
-            with scheduler.sliced(job):
-                return last(self._on_gpu(request))
+            return last(self._on_gpu(request))
+
+    def _first_answer(self, request: LookaheadRequest, read: reading.Read) -> Suggestions:
+        """A long text's answer from its last tokens, given at once while `read` reads it all (lookahead/reading.py).
+        Reading those tokens is a second of model work: a part of the read's long job rather than interactive work,
+        so other visitors' clicks come first; the rest of the read begins once it is given (the cores are this
+        answer's meanwhile)."""
+        try:
+            with scheduler.long_job(request.session, "read", read.ids, request.model):
+                return last(self._serve(request, lambda: iter([partial_lookahead(self, request, read)])))
         finally:
-            scheduler.finish(job)
+            self.reader.begin(read)
 
     def _serve(self, request: Request, compute: Callable[[], Iterator[object]] | None = None) -> Iterator[object]:
         """`request`'s answers: a precomputed one if ready, else `compute`'s (by default the GPU entry point's)."""

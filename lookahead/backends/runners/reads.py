@@ -19,11 +19,11 @@ from lookahead.results import scores_result
 from lookahead.scoring import unscored
 
 
-def read_first(stores: Stores, request: LookaheadRequest | DistributionRequest | MultiverseRequest | ScoresRequest
-               ) -> Read | None:
-    """The background read that the request's text needs first (lookahead/reading.py), started if need be;
-    None when the call reads what it needs itself. On ZeroGPU nothing runs after a call returns: a call reads
-    its whole text."""
+def read_first(stores: Stores, request: LookaheadRequest | DistributionRequest | MultiverseRequest | ScoresRequest,
+               begin: bool = True) -> Read | None:
+    """The background read that the request's text needs first (lookahead/reading.py), started if need be (planned
+    only where `begin` is False: `Reader.begin` starts it); None when the call reads what it needs itself. On ZeroGPU
+    nothing runs after a call returns: a call reads its whole text."""
     if on_zero_gpu():
         return None
     model, tokenizer = load_model(request.model_name)
@@ -36,7 +36,7 @@ def read_first(stores: Stores, request: LookaheadRequest | DistributionRequest |
     else:
         ids = prompt_of(request, model, tokenizer, stores.matchers, force=isinstance(request, LookaheadRequest)).ids
     return stores.reader.plan(request.key, ids, request.model, model,
-                              scored or stores.prefix_caches.scoring(request.key))
+                              scored or stores.prefix_caches.scoring(request.key), begin)
 
 
 def wait_for_read(stores: Stores, request: DistributionRequest | MultiverseRequest) -> None:
