@@ -54,7 +54,7 @@ from ui.panels.sampling import SamplingPanel
 from ui.panels.suggestions import PREPARATION, SuggestionsPanel
 from ui.panels.why import WhyPanel
 from ui.panels.writer import WriterPanel
-from ui.scripts import BRANCH_WHY_JS, CSS, FOLD_ON_PHONE_JS, KEYBOARD_JS
+from ui.scripts import BRANCH_WHY_JS, CSS, FOLD_ON_PHONE_JS, KEYBOARD_JS, WORKING_JS
 from ui.server_limits import server_limits
 from ui.wiring import Wiring, concurrency, session_key
 
@@ -174,7 +174,7 @@ def launch(page: gr.Blocks | None = None, **kwargs):
     first answer to a long text may read is timed while the machine is still idle."""
     PREPARATION.start(inference.backend().warm_up())
     queued = (page or demo).queue(max_size=QUEUE_SIZE, default_concurrency_limit=concurrency())
-    return queued.launch(head=KEYBOARD_JS + BRANCH_WHY_JS, css=CSS, **kwargs)
+    return queued.launch(head=KEYBOARD_JS + BRANCH_WHY_JS + WORKING_JS, css=CSS, **kwargs)
 
 
 if __name__ == "__main__":

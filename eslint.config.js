@@ -8,7 +8,7 @@ const globals = require("globals");
 const STATIC = "ui/static";
 const KINDS = {
   // whole scripts, in <script> elements of the page's <head>
-  head: ["keyboard.js", "branch_why.js"],
+  head: ["keyboard.js", "branch_why.js", "working.js"],
   // gr.HTML js_on_load: function bodies gradio runs with these arguments
   onLoad: ["click_token.js", "select_node.js", "import.js", "heatmap.js", "futures.js"],
   // an event's js=: one expression whose value is the function (history_sync.js: an object of them)

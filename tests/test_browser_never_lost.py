@@ -16,6 +16,7 @@ from browser import (  # skips without chromium
     type_text,
     wait_for,
 )
+from lookahead.scheduler import scheduler
 
 DRAFT = "The keeper lit the lamp and waited for the storm to pass. But"
 QUESTION = "The keeper was asked whether the storm would pass. He said"
@@ -37,6 +38,13 @@ def page(app_url):
 
 def expect_toast(page, words: str) -> None:
     expect(page.locator(".toast-body.error").filter(has_text=words)).to_be_visible()
+
+
+# gradio's own progress where the page shows it ("processing | 115.3/15.2s", "queue: 1/2", a timer), on any element.
+GRADIO_PROGRESS_SHOWN = """() => Array.from(document.querySelectorAll(
+    '[data-testid=status-tracker], .progress-text, .eta-bar, .meta-text, .meta-text-center'))
+  .filter((element) => element.checkVisibility({visibilityProperty: true}) && element.textContent.trim())
+  .map((element) => element.textContent.trim())"""
 
 
 def expect_continue_ready(page) -> None:
@@ -165,3 +173,28 @@ def test_continue_keeps_the_words_it_writes_in_view(page):
     expect(page.locator("#continuation-status")).to_contain_text("forward passes")
     expect(box).to_have_value(LONG_TEXT + inference.generate(LONG_TEXT, 24)["text"])
     expect_caret_line_in_box(page, "after Continue")
+
+
+def test_what_runs_shows_on_one_calm_working_line_never_as_gradios_progress(page, monkeypatch):
+    """A Continue held at its first slice (interactive work runs meanwhile, and no share of the time is owed to long
+    work): the working line says so, gradio's own progress shows nowhere; the line goes once the Continue has ended, and
+    a refused Continue leaves neither the line nor gradio's "Error" behind."""
+    monkeypatch.setattr(scheduler, "share", 0.0)
+    line = page.locator("#working-line")
+    type_text(page, DRAFT)
+    expect_suggestions_for(page, DRAFT)
+    page.get_by_label("Tokens to continue").fill("8")
+    with scheduler.interactive():
+        page.locator("#continue").click()
+        expect(line).to_have_text(re.compile("Continuing"))
+        assert page.evaluate(GRADIO_PROGRESS_SHOWN) == []
+    expect(line).to_be_hidden()
+    expect_continue_ready(page)
+    page.locator("#clear").click()
+    expect(page.locator("#text textarea")).to_have_value("")
+    page.locator("#continue").click()
+    expect_toast(page, "Type something to continue.")
+    expect_continue_ready(page)
+    expect(line).to_be_hidden()
+    expect(page.locator("#continuation-status")).not_to_contain_text("Error")
+    assert page.evaluate(GRADIO_PROGRESS_SHOWN) == []

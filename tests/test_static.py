@@ -49,7 +49,7 @@ def test_every_static_file_is_loaded_and_every_loaded_name_is_a_file():
 
 
 def test_head_scripts_are_wrapped_by_the_loader_and_no_file_ends_its_script_element():
-    for head in (scripts.KEYBOARD_JS, scripts.BRANCH_WHY_JS):
+    for head in (scripts.KEYBOARD_JS, scripts.BRANCH_WHY_JS, scripts.WORKING_JS):
         assert head.startswith("<script>\n") and head.endswith("</script>\n")
     for path in scripts.STATIC.glob("*.js"):
         assert "</script" not in path.read_text(encoding="utf-8").lower(), f"{path.name} would end its element"

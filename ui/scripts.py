@@ -26,6 +26,7 @@ def head_script(name: str) -> str:
 
 KEYBOARD_JS = head_script("keyboard.js")
 BRANCH_WHY_JS = head_script("branch_why.js")
+WORKING_JS = head_script("working.js")
 FOLD_ON_PHONE_JS = static("fold_on_phone.js")
 WHY_BRANCH_JS = static("why_branch.js")
 CLICK_TOKEN_JS = static("click_token.js")

@@ -19,6 +19,7 @@ from ui.controls import Constraints, Context, Controls, Draft
 from ui.errors import refuse
 from ui.insertion import Place, caret_in, caret_out, inserted
 from ui.wiring import Update, Wiring, session_key
+from ui.working import shows_working
 
 SOURCE_LABELS = {"ngram": "n-gram draft", "recycled": "recycled prediction", "step": "plain step"}
 SOURCE_COLORS = {"n-gram draft": "#34d399", "recycled prediction": "#fbbf24", "plain step": "#e5e7eb"}
@@ -180,7 +181,7 @@ class ContinuationPanel:
             dict(draft=draft, n_tokens=self.n_tokens, lossless=self.lossless, history="history_state",
                  context=context, constraints=constraints, run=self.run),
             ["text_box", "caret_sync", "text_base", "continuation", "continuation_status", "history_state"],
-            concurrency_id="generate", show_progress_on=[self.status], js=CONTINUE_RUN_JS,
+            concurrency_id="generate", **shows_working("Continuing"), js=CONTINUE_RUN_JS,
         ))
         writing.success(**refresh)
         # gradio's page runs a .then() after a success alone: a refused Continue ends too.

@@ -29,6 +29,7 @@ from ui.history_updates import EDITED, edited
 from ui.insertion import Place, caret_in, continued, inserted
 from ui.scripts import FUTURES_JS
 from ui.wiring import EXPLANATIONS_AT_ONCE, Update, Wiring, session_key
+from ui.working import shows_working
 
 DEPTH, CUTOFF = 3, 0.02  # the controls' defaults
 MAX_CUTOFF = 0.2
@@ -169,8 +170,8 @@ class FuturesPanel:
         then `refresh` the suggestions as a branch does."""
         view = Controls(FuturesView, depth=self.map_depth, cutoff=self.map_cutoff,
                         colour_by_second=self.colour_by_second, compare_with=compare_with)
-        drawing = dict(concurrency_id="futures", concurrency_limit=EXPLANATIONS_AT_ONCE, show_progress="minimal",
-                       show_progress_on=[self.view], while_continuing=gr.skip, cancels_fit=False)
+        drawing = dict(concurrency_id="futures", concurrency_limit=EXPLANATIONS_AT_ONCE,
+                       **shows_working("Drawing the map of futures"), while_continuing=gr.skip, cancels_fit=False)
         gr.on([answered.change, self.map_depth.release, self.map_cutoff.release, self.colour_by_second.input,
                compare_with.change],
               **wiring.handler(map_futures, dict(draft=draft, settings=settings, view=view, drawn=self.state),

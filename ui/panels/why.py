@@ -21,6 +21,7 @@ from ui.on_screen import OnScreen, before_choice, forced_ids, on_screen
 from ui.render import attribution_view
 from ui.scripts import WHY_BRANCH_JS
 from ui.wiring import Update, Wiring, session_key
+from ui.working import shows_working
 
 WHY_OUTPUTS = ["why", "why_state"]
 
@@ -131,10 +132,12 @@ class WhyPanel:
         """"why?" beside a token of `plot`, on a branch chip, and on a token of `heatmap`."""
         wiring = wiring.adding(**self.slots())
         asked = dict(method=self.method, context=context)
-        plot.select(**wiring.handler(explain_token, dict(shown="shown_state", **asked), WHY_OUTPUTS))
+        working = shows_working("Explaining why")
+        plot.select(**wiring.handler(explain_token, dict(shown="shown_state", **asked), WHY_OUTPUTS, **working))
         self.branch.click(js=WHY_BRANCH_JS, **wiring.handler(
-            explain_branch, dict(index=self.branch_index, shown="shown_state", **asked), WHY_OUTPUTS))
+            explain_branch, dict(index=self.branch_index, shown="shown_state", **asked), WHY_OUTPUTS, **working))
         heatmap.click(**wiring.handler(explain_heatmap_token, dict(heatmap_shown="heatmap_state", **asked),
-                                       WHY_OUTPUTS))
-        self.method.input(**wiring.handler(explain, dict(question=self.state, method=self.method), WHY_OUTPUTS))
+                                       WHY_OUTPUTS, **working))
+        self.method.input(**wiring.handler(explain, dict(question=self.state, method=self.method), WHY_OUTPUTS,
+                                           **working))
         self.stop.click(handled(stop_explaining), None, None, queue=False, api_visibility="private")
