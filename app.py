@@ -61,6 +61,11 @@ from ui.wiring import Wiring, concurrency, session_key
 # Every visitor is answered: room for this many waiting events (on a ZeroGPU Space gradio
 # would otherwise let one event wait and turn the rest away with "Queue is full").
 QUEUE_SIZE = 512
+# How often gradio's queue, while it has nothing to run, looks for a new event and for progress to send. Its own
+# 1 ms and 10 ms kept 7% of a core busy in an idle app on a 2-core AMD EPYC; at 20 ms and 50 ms it uses 2% (10 ms:
+# 3%, 50 ms: 1%), and a queued call (an API call, a Continue, a map: a click on the page skips the queue) starts at
+# most 20 ms later.
+IDLE_POLL_SECONDS = (0.02, 0.05)
 INTRODUCTION = (  # the keys' hints are hidden on a touch screen (page.css)
     "## Interactive Lookahead\nWrite, and see where the model could go next, at the end of your text or "
     "wherever you put the caret. Click a branch or any token in the plot to insert it"
@@ -174,6 +179,7 @@ def launch(page: gr.Blocks | None = None, **kwargs):
     first answer to a long text may read is timed while the machine is still idle."""
     PREPARATION.start(inference.backend().warm_up())
     queued = (page or demo).queue(max_size=QUEUE_SIZE, default_concurrency_limit=concurrency())
+    queued._queue.sleep_when_free, queued._queue.progress_update_sleep_when_free = IDLE_POLL_SECONDS
     return queued.launch(head=KEYBOARD_JS + BRANCH_WHY_JS + WORKING_JS, css=CSS, **kwargs)
 
 

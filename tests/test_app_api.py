@@ -235,3 +235,22 @@ def test_a_call_its_client_cancels_stops_its_work_at_once_and_the_server_goes_id
     time.sleep(2.0)
     used = (time.process_time() - cpu) / (time.monotonic() - wall)
     assert used < 0.25, f"the server is idle after the cancel: {used:.2f} of a core"
+
+
+def test_an_idle_app_spends_next_to_no_cpu(app_url):
+    """Nothing asked and nothing left running: the process sleeps (gradio's queue looks for new events every
+    IDLE_POLL_SECONDS, not every millisecond, which kept 7% of a core busy)."""
+    import time
+
+    from lookahead.scheduler import scheduler
+
+    Client(app_url, verbose=False).predict("The idle app.", 2, 2, api_name="/lookahead")
+    inference.backend().speculator.wait()
+    deadline = time.monotonic() + 60
+    while scheduler.running():
+        assert time.monotonic() < deadline, f"no long job is left running: {scheduler.running()}"
+        time.sleep(0.05)
+    cpu, wall = time.process_time(), time.monotonic()
+    time.sleep(3.0)
+    used = (time.process_time() - cpu) / (time.monotonic() - wall)
+    assert used < 0.05, f"the idle app uses {used:.3f} of a core"
