@@ -52,6 +52,24 @@ def test_appending_a_branch_reuses_the_text_and_the_branch_tokens_already_comput
     assert after["reused_tokens"] == after["context_tokens"] - 1, "only the branch's last token is new"
 
 
+def test_a_session_whose_cache_the_memory_budget_dropped_answers_exactly_again(embedded, monkeypatch):
+    """Past the budget, the least recently used session's cache is dropped; its next call reads its text afresh and
+    gives what a fresh call gives."""
+    model, tokenizer = embedded
+    store = inference.backend().prefix_caches
+    store.clear()
+    text_a = "The lighthouse keeper wrote the weather in the log every evening, and"
+    text_b = "In the market square the baker sold the last of the morning bread, while"
+    first = inference.lookahead(text_a, 3, 3, session="budget A")
+    monkeypatch.setattr(store, "max_bytes", store.bytes() * 3 // 2)  # room for one session's cache, not two
+    inference.lookahead(text_b, 3, 3, session="budget B")
+    assert len(store) == 1 and store.copy((inference.default_model_name(), "budget A")) is None, "A's cache dropped"
+    again = inference.lookahead(text_a, 3, 3, session="budget A")
+    assert again["reused_tokens"] == 0, "read afresh"
+    assert_matches_reference(again, reference_lookahead(model, tokenizer, text_a, 3, 3), 3)
+    assert again["branches"] == first["branches"]
+
+
 def test_taking_branches_again_and_again_equals_the_reference(model_name):
     model, tokenizer = inference.load_model(model_name)
     text, k, depth = "In the morning the baker", 3, 4
