@@ -16,9 +16,10 @@ credit, and while it runs beside interactive work TURN_PAYS of a second a second
 MIN_TURN_SECONDS are owed the long jobs get a turn: they run beside the interactive work, sharing the cores with it,
 until the balance is paid. A long job is thus owed only the time it was starved: one
 that ran alone in the pause before a click (a writer reading) has had its share of that click in advance and waits
-through it, so the click has the cores to itself but for the slice under way; under clicks without pauses it still
-gets its share. No interactive request ever waits for long work: one that runs for long (a comparison's first read)
-holds up no click, and a long job keeps finishing.
+through it, so the click has the cores to itself but for the slice under way; so does long work that starts afresh
+(a paste's read beside another visitor's click: it starts with that credit, not yet starved); under clicks without
+pauses it still gets its share. No interactive request ever waits for long work: one that runs for long (a
+comparison's first read) holds up no click, and a long job keeps finishing.
 
 A session has at most one long job of each kind, or of each kind on each model where the caller names the model (two
 models compared side by side each read the text and fit the caret): a new one cancels the one before (the visitor
@@ -106,7 +107,9 @@ class Scheduler:
         self._interactive = 0  # interactive requests running now
         self._jobs: list[Job] = []  # running, oldest first
         self._blocked = 0  # long jobs waiting at a slice for interactive work
-        self._owed = 0.0  # seconds of the machine owed to long work for waiting; below 0, its credit for running
+        # Seconds of the machine owed to long work for waiting; below 0, its credit for running. Long work that starts
+        # afresh has the most credit: it has not been starved yet, so it waits through the clicks it arrives beside.
+        self._owed = -MAX_CREDIT_SECONDS
         self._counted_until = self._clock()  # when the balance was last brought up to date
         self._turn = False  # long work runs beside interactive work, until the balance is paid
         self._cancelled_at: OrderedDict[tuple[str, str], float] = OrderedDict()  # (session, kind) -> its last cancel
@@ -175,8 +178,8 @@ class Scheduler:
             self._count_owed()
             if job in self._jobs:
                 self._jobs.remove(job)
-            if not self._jobs:  # nothing is owed to long work that has ended, nor credited
-                self._owed, self._turn = 0.0, False
+            if not self._jobs:  # nothing is owed to long work that has ended: the next starts afresh
+                self._owed, self._turn = -MAX_CREDIT_SECONDS, False
 
     def cancel(self, session: str, kind: str | None = None) -> int:
         """Cancel the session's running long jobs (of `kind`, or all): each stops at its next slice. How many."""

@@ -152,6 +152,27 @@ def test_a_long_job_that_ran_alone_takes_no_turn_beside_a_click_and_its_next_sli
     assert log[started + 2] == "slice", "and runs once the click ends"
 
 
+def test_a_long_job_that_starts_beside_a_click_takes_no_turn_beside_it_and_runs_once_it_ends():
+    """A paste's read that starts while another visitor's click runs: long work that starts afresh has not been starved
+    yet, so its credit (MAX_CREDIT_SECONDS, as if it had run alone) pays its share of the click: the click has the
+    cores to itself, its second request too, and the job runs once the click ends."""
+    clock = FakeClock()
+    jobs = Scheduler(clock=clock)
+    click = jobs.interactive()
+    click.__enter__()
+    job, stop, log = jobs.start("a", "read"), threading.Event(), []
+    thread = slicing(jobs, job, log, stop)
+    wait_until(lambda: job.waits > 0)
+    clock.advance(MAX_CREDIT_SECONDS * (1 - jobs.share) / jobs.share)  # the longest click that credit is its share of
+    click = one_after_another(jobs, job, click)  # the click's refresh
+    log.append("click ends")
+    click.__exit__(None, None, None)
+    wait_until(lambda: log[-1] == "slice")
+    stop.set()
+    thread.join(JOIN_SECONDS)
+    assert log[0] == "click ends" and log[1] == "slice", "no turn beside the click; on once it ends"
+
+
 def test_a_long_job_that_ran_alone_gets_turns_beside_interactive_work_that_goes_on_without_a_gap():
     """Two visitors' requests one after another with no gap, each a second by the clock, so interactive work never
     stops: the job that ran alone for long waits beside the first (what it ran is its share of it, up to
