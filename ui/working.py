@@ -1,5 +1,5 @@
 """The page's one working line: what runs for this writer (a long text being read, the map of futures, a "why?", a
-Continue), said calmly under the status line, never as gradio's "processing | 115.3/15.2s" over a panel.
+Continue), said calmly in the window's corner, never as gradio's "processing | 115.3/15.2s" over a panel.
 
 A long event shows its progress on a hidden element of its own (`shows_working`); ui/static/working.js reads gradio's
 own record of the event there (pending, running, ended, failed: whatever ended it, a cancel or an error included) and

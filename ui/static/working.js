@@ -1,4 +1,4 @@
-// The page's one working line (ui/working.py): under the status line, what runs for this writer, said calmly.
+// The page's one working line (ui/working.py): what runs for this writer, said calmly (page.css places it).
 // Each long event shows its progress on a hidden marker (.working-marker, its label in data-working): gradio's status
 // tracker there is hidden ("hide") unless the event waits or runs, and says "Error" once it failed. A long text's read
 // follows the status line's "Partial … (n of m". Work shorter than SHOW_AFTER_MS never shows.
